@@ -1,0 +1,144 @@
+"""Encoding of events, exceptions and event classes inside pydantic fields.
+
+Used by the ``Serializable*`` annotated types of :mod:`tickwork.events`.  While a
+serializer's ``validation_context()`` is active, class names are resolved through it (so
+its allow-list applies); otherwise they are resolved by import.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+__all__ = [
+    "active_resolver",
+    "dump_event",
+    "dump_event_type",
+    "dump_exception",
+    "load_event",
+    "load_event_type",
+    "load_exception",
+    "qualified_name",
+    "resolve_by_import",
+    "using_resolver",
+]
+
+ClassResolver = Callable[[str], type]
+
+_resolver: ContextVar[ClassResolver | None] = ContextVar("tickwork_class_resolver", default=None)
+
+
+def qualified_name(cls: type) -> str:
+    """``module.qualname`` of a class: the name envelopes and exception dicts carry."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def resolve_by_import(name: str) -> type:
+    """Import the longest importable module prefix of ``name`` and walk the rest.
+
+    Raises ``ImportError`` naming ``name`` when nothing resolves (classes defined inside
+    functions, with ``<locals>`` in their qualname, can never be imported).
+    """
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:cut])
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            continue
+        if isinstance(obj, type):
+            return obj
+        break
+    raise ImportError(f"cannot resolve class {name!r} by import")
+
+
+def active_resolver() -> ClassResolver:
+    """The class resolver of the active serializer, or import-based resolution."""
+    return _resolver.get() or resolve_by_import
+
+
+@contextmanager
+def using_resolver(resolver: ClassResolver) -> Iterator[None]:
+    """Resolve class names through ``resolver`` inside the block."""
+    token = _resolver.set(resolver)
+    try:
+        yield
+    finally:
+        _resolver.reset(token)
+
+
+def dump_event(event: Any) -> dict[str, Any]:
+    """The JSON envelope of an event (or any pydantic model)."""
+    return {
+        "__is_pydantic": True,
+        "value": event.model_dump(mode="json"),
+        "qualified_name": qualified_name(type(event)),
+    }
+
+
+def load_event(value: Any) -> Any:
+    """An event from an instance (kept as-is) or an envelope dict / JSON string."""
+    if isinstance(value, str):
+        import json
+
+        value = json.loads(value)
+    if isinstance(value, dict) and value.get("__is_pydantic"):
+        cls = active_resolver()(value["qualified_name"])
+        return cls.model_validate(value["value"])  # type: ignore[attr-defined]
+    return value
+
+
+def dump_exception(exc: Any) -> dict[str, str]:
+    """``{"exception_type": "module.qualname", "exception_message": str(exc)}``."""
+    from tickwork.events import UnreconstructedException
+
+    if isinstance(exc, UnreconstructedException) and exc.original_type:
+        name = exc.original_type
+    else:
+        name = qualified_name(type(exc))
+    return {"exception_type": name, "exception_message": str(exc)}
+
+
+def load_exception(value: Any) -> Any:
+    """A live exception (kept as-is) or one rebuilt from its dict, never failing.
+
+    Only ``Exception`` subclasses are rebuilt, always as ``cls(message)``; anything that
+    cannot be rebuilt becomes an ``UnreconstructedException`` carrying the original name.
+    """
+    if isinstance(value, BaseException) or not isinstance(value, dict):
+        return value
+    from tickwork.events import UnreconstructedException
+
+    name = str(value.get("exception_type", ""))
+    message = str(value.get("exception_message", ""))
+    try:
+        if name.startswith("builtins."):
+            cls = getattr(builtins, name.split(".", 1)[1])
+        else:
+            cls = active_resolver()(name)
+        if not (isinstance(cls, type) and issubclass(cls, Exception)):
+            raise TypeError(name)
+        return cls(message)
+    except Exception:
+        return UnreconstructedException(message, original_type=name)
+
+
+def dump_event_type(cls: Any) -> str:
+    """An event class as ``module.qualname``."""
+    return qualified_name(cls) if isinstance(cls, type) else str(cls)
+
+
+def load_event_type(value: Any) -> Any:
+    """An event class from itself or its qualified name."""
+    if isinstance(value, str):
+        return active_resolver()(value)
+    return value

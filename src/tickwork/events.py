@@ -1,0 +1,399 @@
+"""Events: the messages steps accept, return and publish.
+
+``DictLikeModel`` is a pydantic model that also carries *dynamic fields* (any keyword that
+is not a declared field), which is how ``StartEvent(topic="x")`` works without a schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import ItemsView, Iterator, KeysView, ValuesView
+from datetime import datetime
+from enum import Enum
+from typing import Annotated, Any, Optional
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PrivateAttr,
+    WithJsonSchema,
+    model_serializer,
+)
+
+from tickwork._serde_fields import (
+    dump_event,
+    dump_event_type,
+    dump_exception,
+    load_event,
+    load_event_type,
+    load_exception,
+)
+
+__all__ = [
+    "CollectionReleaseEvent",
+    "DictLikeModel",
+    "Event",
+    "EventType",
+    "HumanResponseEvent",
+    "IdleReleasedEvent",
+    "InputRequiredEvent",
+    "InternalDispatchEvent",
+    "SerializableEvent",
+    "SerializableEventType",
+    "SerializableException",
+    "SerializableOptionalEvent",
+    "SerializableOptionalException",
+    "StartEvent",
+    "StepFailedEvent",
+    "StepState",
+    "StepStateChanged",
+    "StopEvent",
+    "UnhandledEvent",
+    "UnreconstructedException",
+    "WorkflowCancelledEvent",
+    "WorkflowFailedEvent",
+    "WorkflowIdleEvent",
+    "WorkflowTimedOutEvent",
+]
+
+
+class UnreconstructedException(Exception):
+    """Stands in for an exception whose class could not be rebuilt from a snapshot.
+
+    ``str()`` is the original message and ``original_type`` the original qualified name;
+    serializing it again writes that name, so round trips never wrap it twice.
+    """
+
+    def __init__(self, message: str, original_type: str = "") -> None:
+        super().__init__(message)
+        self.original_type = original_type
+
+
+class DictLikeModel(BaseModel):
+    """A pydantic model whose undeclared keyword arguments become *dynamic fields*.
+
+    Dynamic fields live in the private dict ``_data`` and are reachable as attributes and
+    through the mapping API (``ev["k"]``, ``keys()``, ``items()``...), which covers only
+    the dynamic fields, never the declared ones.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    _data: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, **params: Any) -> None:
+        fields: dict[str, Any] = {}
+        private: dict[str, Any] = {}
+        dynamic: dict[str, Any] = {}
+        declared = type(self).model_fields
+        privates = type(self).__private_attributes__
+        for key, value in params.items():
+            if key in declared:
+                fields[key] = value
+            elif key in privates:
+                private[key] = value
+            else:
+                dynamic[key] = value
+        super().__init__(**fields)
+        data = private.pop("_data", None)
+        if data is not None:
+            self._data = dict(data)
+        for key, value in private.items():
+            setattr(self, key, value)
+        self._data.update(dynamic)
+
+    @classmethod
+    def model_validate(
+        cls,
+        obj: Any,
+        *,
+        strict: bool | None = None,
+        extra: Any = None,
+        from_attributes: bool | None = None,
+        context: Any | None = None,
+        by_alias: bool | None = None,
+        by_name: bool | None = None,
+    ) -> Any:
+        """Validate ``obj``; a ``"_data"`` key goes back into the dynamic fields."""
+        if isinstance(obj, dict) and not isinstance(obj, cls):
+            obj = dict(obj)
+            data = obj.pop("_data", None) or {}
+            declared = {k: v for k, v in obj.items() if k in cls.model_fields}
+            rest = {k: v for k, v in obj.items() if k not in cls.model_fields}
+            model = super().model_validate(
+                declared,
+                strict=strict,
+                from_attributes=from_attributes,
+                context=context,
+            )
+            cls._restore_extra(model, rest)
+            model._data.update(data)
+            return model
+        return super().model_validate(
+            obj, strict=strict, from_attributes=from_attributes, context=context
+        )
+
+    @classmethod
+    def _restore_extra(cls, model: DictLikeModel, rest: dict[str, Any]) -> None:
+        """Put keys that are neither declared nor ``_data`` back where ``__init__`` would."""
+        for key, value in rest.items():
+            if key in cls.__private_attributes__:
+                setattr(model, key, value)
+            else:
+                model._data[key] = value
+
+    @model_serializer(mode="wrap")
+    def _dump_with_data(self, handler: Any) -> Any:
+        dumped = handler(self)
+        if isinstance(dumped, dict) and self._data:
+            dumped["_data"] = dict(self._data)
+        return dumped
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("__"):
+            try:
+                return super().__getattr__(name)  # type: ignore[misc]
+            except AttributeError:
+                pass
+            try:
+                data = object.__getattribute__(self, "__pydantic_private__")
+            except AttributeError:
+                data = None
+            if data is not None and name in data.get("_data", {}):
+                return data["_data"][name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in type(self).model_fields or name in type(self).__private_attributes__:
+            super().__setattr__(name, value)
+        elif isinstance(getattr(type(self), name, None), property):
+            object.__setattr__(self, name, value)
+        else:
+            self._data[name] = value
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._data[key] = value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The dynamic field ``key``, or ``default``."""
+        return self._data.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def keys(self) -> KeysView[str]:
+        """The names of the dynamic fields."""
+        return self._data.keys()
+
+    def values(self) -> ValuesView[Any]:
+        """The values of the dynamic fields."""
+        return self._data.values()
+
+    def items(self) -> ItemsView[str, Any]:
+        """The dynamic fields as ``(name, value)`` pairs."""
+        return self._data.items()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __iter__(self) -> Iterator[str]:  # type: ignore[override]
+        return iter(self._data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dynamic-field dict itself (not a copy)."""
+        return self._data
+
+    def __bool__(self) -> bool:
+        return True
+
+
+class Event(DictLikeModel):
+    """Base class of everything passed between steps."""
+
+
+class StartEvent(Event):
+    """The event a run starts with; ``run(**kwargs)`` becomes its dynamic fields."""
+
+
+class StopEvent(Event):
+    """Returned by a step to end the run; ``result`` becomes the run's result."""
+
+    _result: Any = PrivateAttr(default=None)
+
+    def __init__(self, result: Any = None, **params: Any) -> None:
+        super().__init__(**params)
+        self._result = result
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Any:
+        """Validate ``obj``, restoring a ``"result"`` key into the private result."""
+        if isinstance(obj, dict) and "result" in obj and "result" not in cls.model_fields:
+            obj = dict(obj)
+            result = obj.pop("result")
+            model = super().model_validate(obj, **kwargs)
+            model._result = result
+            return model
+        return super().model_validate(obj, **kwargs)
+
+    def _get_result(self) -> Any:
+        return self._result
+
+    @property
+    def result(self) -> Any:
+        """The run's result carried by this event."""
+        return self._get_result()
+
+    @model_serializer(mode="wrap")
+    def _dump_with_result(self, handler: Any) -> Any:
+        dumped = handler(self)
+        if isinstance(dumped, dict):
+            if self._data:
+                dumped["_data"] = dict(self._data)
+            if self._result is not None and "result" not in type(self).model_fields:
+                dumped["result"] = self._result
+        return dumped
+
+    def __repr__(self) -> str:
+        parts = [f"{k}={v!r}" for k, v in self._data.items()]
+        parts += [f"{k}={v!r}" for k, v in self.model_dump().items() if k != "_data"]
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def __str__(self) -> str:
+        return str(self._result)
+
+
+def _exception_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "exception_type": {"type": "string"},
+            "exception_message": {"type": "string"},
+        },
+    }
+
+
+_EVENT_SCHEMA = WithJsonSchema({"type": "object", "description": "an event envelope"})
+
+SerializableEvent = Annotated[
+    Any,
+    BeforeValidator(load_event),
+    PlainSerializer(dump_event),
+    _EVENT_SCHEMA,
+]
+SerializableOptionalEvent = Annotated[
+    Optional[Any],
+    BeforeValidator(lambda v: None if v is None else load_event(v)),
+    PlainSerializer(lambda v: None if v is None else dump_event(v)),
+    _EVENT_SCHEMA,
+]
+SerializableException = Annotated[
+    Any,
+    BeforeValidator(load_exception),
+    PlainSerializer(dump_exception),
+    WithJsonSchema(_exception_schema()),
+]
+SerializableOptionalException = Annotated[
+    Optional[Any],
+    BeforeValidator(lambda v: None if v is None else load_exception(v)),
+    PlainSerializer(lambda v: None if v is None else dump_exception(v)),
+    WithJsonSchema(_exception_schema()),
+]
+SerializableEventType = Annotated[
+    Any,
+    BeforeValidator(load_event_type),
+    PlainSerializer(dump_event_type),
+    WithJsonSchema({"type": "string"}),
+]
+
+EventType = type[Event]
+
+
+class WorkflowTimedOutEvent(StopEvent):
+    """Published last when the run's alive-time budget runs out."""
+
+    timeout: float
+    active_steps: list[str]
+
+
+class WorkflowCancelledEvent(StopEvent):
+    """Published last when the run is cancelled with ``cancel_run()``."""
+
+
+class WorkflowFailedEvent(StopEvent):
+    """Published last when a step failure (or a stuck stream) ends the run."""
+
+    step_name: str
+    exception: SerializableException
+    attempts: Optional[int] = None
+    elapsed_seconds: Optional[float] = None
+
+
+class IdleReleasedEvent(StopEvent):
+    """Kept for compatibility; tickwork never produces it."""
+
+
+class InputRequiredEvent(Event):
+    """Returned (or published) when the run needs a human; it is published to the stream."""
+
+
+class HumanResponseEvent(Event):
+    """Sent by the caller to answer an ``InputRequiredEvent``."""
+
+
+class StepFailedEvent(Event):
+    """Delivered to a ``@catch_error`` handler when a step's retries are exhausted."""
+
+    step_name: str
+    input_event: SerializableEvent
+    exception: SerializableException
+    attempts: int
+    elapsed_seconds: float
+    failed_at: datetime
+
+
+class CollectionReleaseEvent(Event):
+    """The trigger of a ``list[E]`` join invocation; never published or routed."""
+
+    events: list[SerializableEvent] = Field(default_factory=list)
+    stream_id: str = ""
+    binding_id: str = ""
+
+
+class InternalDispatchEvent(Event):
+    """Base of the runtime's own events; hidden from ``stream_events()`` by default."""
+
+
+class StepState(Enum):
+    """What a ``StepStateChanged`` event reports."""
+
+    PREPARING = "preparing"
+    RUNNING = "running"
+    NOT_RUNNING = "not_running"
+
+
+class StepStateChanged(InternalDispatchEvent):
+    """A work item was queued, dispatched to a slot, or finished."""
+
+    name: str
+    step_state: StepState
+    worker_id: str
+    input_event_name: str
+    output_event_name: Optional[str] = None
+
+
+class WorkflowIdleEvent(InternalDispatchEvent):
+    """The run became quiescent: nothing queued, running or undelivered."""
+
+
+class UnhandledEvent(InternalDispatchEvent):
+    """An added event reached no step and no waiter."""
+
+    event_type: str
+    qualified_name: str
+    step_name: Optional[str] = None
+    idle: bool
+
