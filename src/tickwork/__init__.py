@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tickwork.context.context import Context
+from tickwork.decorators import catch_error, step
 from tickwork.events import (
     Event,
     HumanResponseEvent,
@@ -9,13 +11,18 @@ from tickwork.events import (
     StartEvent,
     StopEvent,
 )
+from tickwork.workflow import Workflow
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Context",
     "Event",
     "HumanResponseEvent",
     "InputRequiredEvent",
     "StartEvent",
     "StopEvent",
+    "Workflow",
+    "catch_error",
+    "step",
 ]

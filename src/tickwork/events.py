@@ -21,6 +21,7 @@ from pydantic import (
     WithJsonSchema,
     model_serializer,
 )
+from typing_extensions import Self
 
 from tickwork._serde_fields import (
     dump_event,
@@ -142,6 +143,16 @@ class DictLikeModel(BaseModel):
                 setattr(model, key, value)
             else:
                 model._data[key] = value
+
+    def __copy__(self) -> Self:
+        """A shallow copy with its own dynamic-field dict (values are shared).
+
+        Pydantic's shallow copy would share ``_data`` itself, so adding a key to a copy
+        (``get_state()`` hands out copies) would leak into the original.
+        """
+        clone = super().__copy__()
+        clone._data = dict(self._data)
+        return clone
 
     @model_serializer(mode="wrap")
     def _dump_with_data(self, handler: Any) -> Any:
@@ -396,4 +407,3 @@ class UnhandledEvent(InternalDispatchEvent):
     qualified_name: str
     step_name: Optional[str] = None
     idle: bool
-

@@ -1,1 +1,1 @@
-"""tickwork internals."""
+"""Plain data of the runtime: ticks, commands, run state and step results."""

@@ -1,0 +1,236 @@
+"""``Context``: the object steps and callers use to talk to a run.
+
+A Context has three *faces*.  A new one is **pre-run** (it may carry a snapshot and a
+staging store).  ``workflow.run(ctx=ctx)`` turns that same object into the **handler**
+face of the run.  Each invocation gets its own **step** face.  Calling a member in the
+wrong face raises :class:`~tickwork.errors.ContextStateError` naming the member and the
+face it needs, because a silently wrong answer (a send into nowhere, a collect outside a
+step) is much harder to debug than an error at the call.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, Generic
+
+from pydantic import BaseModel
+from typing_extensions import TypeVar
+
+from tickwork.context.serializers import BaseSerializer, JsonSerializer
+from tickwork.context.state_store import DictState, InMemoryStateStore, infer_state_type
+from tickwork.errors import ContextStateError, WorkflowRuntimeError
+from tickwork.events import Event
+from tickwork.retry_policy import RetryInfo
+from tickwork.runtime.session import RunSession, current_step_context
+from tickwork.runtime.step_scope import check_send_target
+
+if TYPE_CHECKING:
+    from tickwork.runtime.step_scope import StepScope
+
+__all__ = ["Context"]
+
+MODEL_T = TypeVar("MODEL_T", bound=BaseModel, default=DictState)
+
+_PRE_RUN = "a pre-run context (before the workflow has started)"
+_RUNNING = "a running workflow (the handler's context)"
+_HANDLER = "handler code (outside steps)"
+_STEP = "a step (the context passed to a step function)"
+
+
+class Context(Generic[MODEL_T]):
+    """The run's context: state store, event sending, streaming and step helpers."""
+
+    def __init__(
+        self,
+        workflow: Any,
+        previous_context: dict[str, Any] | None = None,
+        serializer: BaseSerializer | None = None,
+    ) -> None:
+        self._workflow = workflow
+        self._serializer: BaseSerializer = (
+            serializer or getattr(workflow, "serializer", None) or JsonSerializer()
+        )
+        self._state_type: type[BaseModel] = infer_state_type(workflow)
+        self._snapshot = previous_context
+        self._staging_store: InMemoryStateStore[Any] | None = None
+        self._session: RunSession | None = None
+        self._step: StepScope | None = None
+        self._loop_thread: int | None = None
+
+    # -- face plumbing ---------------------------------------------------------------
+
+    @classmethod
+    def _for_step(cls, scope: StepScope) -> Context[Any]:
+        """A step-face Context for one invocation (built by the runtime)."""
+        ctx: Context[Any] = cls.__new__(cls)
+        ctx._workflow = scope.session.workflow
+        ctx._serializer = scope.session.workflow.serializer or JsonSerializer()
+        ctx._state_type = scope.session.store.state_type
+        ctx._snapshot = None
+        ctx._staging_store = None
+        ctx._session = scope.session
+        ctx._step = scope
+        ctx._loop_thread = None
+        return ctx
+
+    @property
+    def _face(self) -> str:
+        if self._step is not None:
+            return "step"
+        return "handler" if self._session is not None else "pre_run"
+
+    def _face_name(self) -> str:
+        return {"step": "a step", "handler": "the handler", "pre_run": "a pre-run context"}[
+            self._face
+        ]
+
+    def _need(self, member: str, face: str, needed: str) -> None:
+        if self._face != face:
+            raise ContextStateError(
+                f"Context.{member}() needs {needed}; it was called on {self._face_name()}"
+            )
+
+    def _need_session(self, member: str) -> RunSession:
+        if self._session is None or self._step is not None:
+            self._need(member, "handler", _RUNNING)
+        assert self._session is not None
+        return self._session
+
+    def _step_scope(self, member: str) -> StepScope:
+        if self._step is None:
+            raise ContextStateError(
+                f"Context.{member}() can only be called inside {_STEP}; it was called on "
+                f"{self._face_name()}"
+            )
+        return self._step
+
+    def _check_thread(self, member: str) -> None:
+        if self._loop_thread is not None and threading.get_ident() != self._loop_thread:
+            raise RuntimeError(
+                f"Context.{member}() must be called from the event loop's thread "
+                "(only sync steps may call it from their worker thread)"
+            )
+
+    def _bind_run(self, session: RunSession) -> None:
+        """Turn this pre-run context into the handler face of ``session``."""
+        self._session = session
+        self._loop_thread = threading.get_ident()
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def store(self) -> InMemoryStateStore[MODEL_T]:
+        """The run's state store (in the pre-run face, the staging store)."""
+        if self._session is not None:
+            store: InMemoryStateStore[MODEL_T] = self._session.store
+            return store
+        if self._staging_store is None:
+            self._staging_store = InMemoryStateStore(self._state_type())
+        return self._staging_store
+
+    @property
+    def is_running(self) -> bool:
+        """Whether the run is live (pre-run: the snapshot's flag)."""
+        if self._step is not None:
+            warnings.warn(
+                "Context.is_running inside a step is always True and is deprecated",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return True
+        if self._session is not None:
+            return self._session.live
+        return bool((self._snapshot or {}).get("is_running", False))
+
+    @property
+    def run_id(self) -> str | None:
+        """The id of the run (``None`` before the run starts)."""
+        return self._session.run_id if self._session is not None else None
+
+    # -- events --------------------------------------------------------------------------
+
+    def send_event(self, message: Event, step: str | None = None) -> None:
+        """Add ``message`` to the run; with ``step``, deliver it to that step only."""
+        if self._session is None:
+            raise ContextStateError(
+                "Context.send_event() needs a running workflow: the workflow has not "
+                "started yet (run it with workflow.run(ctx=ctx) first)"
+            )
+        if self._step is not None:
+            self._step.send(message, step)
+            return
+        self._check_thread("send_event")
+        check_send_target(self._session.config.steps, message, step)
+        self._session.send_from_handler(message, step)
+
+    def write_event_to_stream(self, ev: Event | None) -> None:
+        """Publish ``ev`` to the run's event stream (not routed to any step)."""
+        self._step_scope("write_event_to_stream").write(ev)
+
+    def collect_events(
+        self, ev: Event, expected: Sequence[type[Event]], buffer_id: str | None = None
+    ) -> list[Event] | None:
+        """Buffer ``ev`` until every type in ``expected`` has arrived, then return them."""
+        return self._step_scope("collect_events").collect(ev, expected, buffer_id)
+
+    async def wait_for_event(
+        self,
+        event_type: type[Event],
+        waiter_event: Event | None = None,
+        waiter_id: str | None = None,
+        requirements: dict[str, Any] | None = None,
+        timeout: float | None = 2000,
+    ) -> Any:
+        """Suspend this invocation until an event of ``event_type`` arrives (see docs)."""
+        scope = self._step_scope("wait_for_event")
+        return scope.wait_for(event_type, waiter_event, waiter_id, requirements, timeout)
+
+    def retry_info(self) -> RetryInfo:
+        """The retry state of the current invocation."""
+        return self._step_scope("retry_info").retry_info()
+
+    def stream_events(self) -> AsyncIterator[Event]:
+        """Every published event (internal ones included) up to the terminal event."""
+        session = self._need_session("stream_events")
+        if session.stream.drained:
+            raise WorkflowRuntimeError(
+                "the event stream was already consumed: it can only be streamed once per run"
+            )
+        return session.stream.iterate(expose_internal=True)
+
+    async def running_steps(self) -> list[str]:
+        """Sorted names of the steps that have a running invocation."""
+        return self._need_session("running_steps").running_steps()
+
+    def get_result(self) -> Any:
+        """Deprecated: the run's result (raises before the run has ended)."""
+        warnings.warn(
+            "Context.get_result() is deprecated; await the handler instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        session = self._need_session("get_result")
+        if session.exit is None:
+            raise WorkflowRuntimeError(f"run {session.run_id} has not finished yet")
+        if session.exit.kind == "complete":
+            stop = session.exit.stop_event
+            return stop.result if type(stop).__name__ == "StopEvent" else stop
+        assert session.exit.exception is not None
+        raise session.exit.exception
+
+    @staticmethod
+    def get_step_context() -> Context[Any]:
+        """The Context of the step invocation running in this task or thread."""
+        ctx = current_step_context()
+        if ctx is None:
+            raise WorkflowRuntimeError(
+                "Context.get_step_context() works only inside a step invocation"
+            )
+        step_ctx: Context[Any] = ctx
+        return step_ctx
+
+    def __repr__(self) -> str:
+        run = f" run_id={self.run_id!r}" if self._session is not None else ""
+        return f"<Context face={self._face}{run}>"

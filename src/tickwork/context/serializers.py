@@ -1,0 +1,340 @@
+"""Serializers: how snapshots, journals and state values become strings and back.
+
+``JsonSerializer`` is the safe default. It writes pydantic models and LlamaIndex-style
+components as *envelopes* (a dict naming the class by ``module.qualname``) and resolves
+those names back into classes either by import or, when an allow-list is given, only from
+that list. ``PickleSerializer`` adds a pickle fallback for values JSON cannot express and
+must never be used on untrusted data.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import pickle
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pydantic import BaseModel
+
+from tickwork._serde_fields import qualified_name, resolve_by_import, using_resolver
+
+__all__ = [
+    "BaseSerializer",
+    "JsonPickleSerializer",
+    "JsonSerializer",
+    "PickleSerializer",
+    "register_framework_types",
+]
+
+_PYDANTIC_MARKER = "__is_pydantic"
+_COMPONENT_MARKER = "__is_component"
+# Every pickle protocol >= 2 starts with the PROTO opcode; anything else is not ours.
+_PICKLE_PROTO_OPCODE = b"\x80"
+
+_registered_framework_types: list[type] = []
+_framework_types_by_name: dict[str, type] | None = None
+
+
+def register_framework_types(*classes: type) -> None:
+    """Allow ``classes`` in every allow-listed ``JsonSerializer``, present and future.
+
+    tickwork calls this for its own payload types (journal records and the like) so that
+    ``JsonSerializer(allowed_types=[])`` can still decode what the runtime writes. It is
+    idempotent; registering a class twice has no further effect.
+    """
+    global _framework_types_by_name
+    for cls in classes:
+        if not isinstance(cls, type):
+            raise TypeError(f"register_framework_types() takes classes, got {cls!r}")
+        if cls not in _registered_framework_types:
+            _registered_framework_types.append(cls)
+    _framework_types_by_name = None
+
+
+def _framework_types_by_qualified_name() -> dict[str, type]:
+    """Name -> class for the types every allow-list admits (built once, then cached).
+
+    These are every class exported by :mod:`tickwork.events` and :mod:`tickwork.errors`,
+    ``DictState`` and whatever :func:`register_framework_types` added.
+    """
+    global _framework_types_by_name
+    if _framework_types_by_name is None:
+        # Imported here: state_store imports this module, so a top-level import would
+        # be circular.
+        from tickwork import errors, events
+        from tickwork.context.state_store import DictState
+
+        classes: list[type] = [DictState, *_registered_framework_types]
+        for module in (events, errors):
+            for name in module.__all__:
+                obj = getattr(module, name)
+                if isinstance(obj, type):
+                    classes.append(obj)
+        registry: dict[str, type] = {}
+        for cls in classes:
+            _register_class(registry, cls)
+        _framework_types_by_name = registry
+    return _framework_types_by_name
+
+
+def _register_class(registry: dict[str, type], cls: type) -> None:
+    """Register ``cls`` under ``module.qualname`` and ``module.name``."""
+    registry[qualified_name(cls)] = cls
+    registry[f"{cls.__module__}.{cls.__name__}"] = cls
+
+
+def _is_component(value: Any) -> bool:
+    """Whether ``value`` looks like a LlamaIndex component (``class_name`` + dict codec)."""
+    return (
+        not isinstance(value, type)
+        and hasattr(value, "class_name")
+        and callable(getattr(value, "to_dict", None))
+        and callable(getattr(type(value), "from_dict", None))
+    )
+
+
+def _reject_unencodable(value: Any) -> Any:
+    """``json.dumps`` hook: name the first value JSON cannot express."""
+    raise ValueError(
+        f"cannot JSON-serialize a value of type {type(value).__name__}: {value!r}; "
+        "use PickleSerializer() for values JSON cannot express"
+    )
+
+
+class BaseSerializer(ABC):
+    """Turns values into strings and back; the interface every serializer implements."""
+
+    @abstractmethod
+    def serialize(self, value: Any) -> str:
+        """Encode ``value`` as a string. Raises ``ValueError`` if it cannot."""
+
+    @abstractmethod
+    def deserialize(self, value: str) -> Any:
+        """Decode a string written by :meth:`serialize`. Raises ``ValueError`` if it cannot."""
+
+    def resolve_class(self, name: str) -> type:
+        """The class named ``module.qualname``, found by import.
+
+        Raises ``ValueError`` naming ``name`` when it cannot be imported (classes defined
+        inside functions never can).
+        """
+        try:
+            return resolve_by_import(name)
+        except ImportError as err:
+            raise ValueError(
+                f"cannot resolve class {name!r} by import; classes defined inside a "
+                "function cannot be imported: pass them to "
+                "JsonSerializer(allowed_types=[...])"
+            ) from err
+
+    @contextmanager
+    def validation_context(self) -> Iterator[None]:
+        """A block in which nested envelope fields resolve classes through this serializer.
+
+        The default does nothing, so nested classes resolve by import.
+        """
+        yield
+
+
+class JsonSerializer(BaseSerializer):
+    """JSON with envelopes for pydantic models and components.
+
+    ``allowed_types=None`` resolves every envelope's class by import. Otherwise only the
+    given classes (registered under ``module.__qualname__`` and ``module.__name__``), the
+    given ``"module.QualName"`` strings (resolved by import) and tickwork's framework types
+    are accepted; any other name raises ``ValueError``. An empty collection therefore
+    admits only the framework types.
+    """
+
+    def __init__(self, *, allowed_types: Iterable[type | str] | None = None) -> None:
+        self._allowed_types: tuple[type | str, ...] | None = None
+        self._allowed_classes: dict[str, type] = {}
+        self._allowed_names: frozenset[str] = frozenset()
+        if allowed_types is not None:
+            self._set_allow_list(tuple(allowed_types))
+
+    def _set_allow_list(self, allowed: tuple[type | str, ...]) -> None:
+        classes: dict[str, type] = {}
+        names: set[str] = set()
+        for entry in allowed:
+            if isinstance(entry, type):
+                _register_class(classes, entry)
+            elif isinstance(entry, str):
+                names.add(entry)
+            else:
+                raise TypeError(
+                    f"allowed_types entries must be classes or 'module.QualName' strings, "
+                    f"got {entry!r}"
+                )
+        self._allowed_types = allowed
+        self._allowed_classes = classes
+        self._allowed_names = frozenset(names)
+
+    @property
+    def allowed_types(self) -> tuple[type | str, ...] | None:
+        """The allow-list as given (classes and names), or ``None`` for import-anything."""
+        return self._allowed_types
+
+    def with_types(self, *classes: type | str) -> JsonSerializer:
+        """A copy whose allow-list also admits ``classes``; ``self`` when there is none."""
+        if self._allowed_types is None:
+            return self
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone._set_allow_list((*self._allowed_types, *classes))
+        return clone
+
+    def resolve_class(self, name: str) -> type:
+        """The class named ``name``, honouring the allow-list.
+
+        Raises ``ValueError`` naming the class when it is not allowed or cannot be found.
+        """
+        if self._allowed_types is None or name in self._allowed_names:
+            return super().resolve_class(name)
+        cls = self._allowed_classes.get(name) or _framework_types_by_qualified_name().get(name)
+        if cls is None:
+            raise ValueError(
+                f"class {name!r} is not allowed by this serializer; add it to "
+                "JsonSerializer(allowed_types=[...]) to allow it"
+            )
+        return cls
+
+    @contextmanager
+    def validation_context(self) -> Iterator[None]:
+        """Resolve nested envelope classes through :meth:`resolve_class` in the block."""
+        with using_resolver(self.resolve_class):
+            yield
+
+    def serialize(self, value: Any) -> str:
+        """JSON text of ``value`` with models and components wrapped in envelopes.
+
+        Raises ``ValueError`` naming the type and showing the value that JSON cannot
+        express (or naming the model whose ``model_dump`` failed).
+        """
+        try:
+            return json.dumps(self._encode(value), default=_reject_unencodable)
+        except RecursionError as err:
+            raise ValueError(
+                f"cannot JSON-serialize a value of type {type(value).__name__}: it is "
+                "nested too deeply or contains a reference cycle"
+            ) from err
+        except TypeError as err:
+            raise ValueError(
+                f"cannot JSON-serialize a value of type {type(value).__name__}: {err}"
+            ) from err
+
+    def deserialize(self, value: str) -> Any:
+        """Parse JSON text and rebuild every envelope inside :meth:`validation_context`.
+
+        Raises ``ValueError`` for text that is not JSON and for envelopes whose class is
+        unknown, not allowed, or rejects the stored value.
+        """
+        data = json.loads(value)
+        with self.validation_context():
+            return self._decode(data)
+
+    def _encode(self, value: Any) -> Any:
+        """``value`` as JSON-ready data; leaves are left for ``json.dumps`` to check."""
+        if isinstance(value, BaseModel):
+            return self._model_envelope(value)
+        if _is_component(value):
+            return {
+                _COMPONENT_MARKER: True,
+                "value": value.to_dict(),
+                "qualified_name": qualified_name(type(value)),
+            }
+        if isinstance(value, dict):
+            return {key: self._encode(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self._encode(item) for item in value]
+        return value
+
+    def _model_envelope(self, model: BaseModel) -> dict[str, Any]:
+        try:
+            dumped = model.model_dump(mode="json")
+        except ValueError as err:
+            raise ValueError(
+                f"cannot JSON-serialize {type(model).__name__} {model!r}: {err}"
+            ) from err
+        return {
+            _PYDANTIC_MARKER: True,
+            "value": dumped,
+            "qualified_name": qualified_name(type(model)),
+        }
+
+    def _decode(self, data: Any) -> Any:
+        """Rebuild envelopes found anywhere in parsed JSON ``data``."""
+        if isinstance(data, dict):
+            if data.get(_PYDANTIC_MARKER) is True:
+                return self._decode_model(data)
+            if data.get(_COMPONENT_MARKER) is True:
+                cls = self.resolve_class(str(data.get("qualified_name")))
+                return cls.from_dict(data.get("value"))  # type: ignore[attr-defined]
+            return {key: self._decode(item) for key, item in data.items()}
+        if isinstance(data, list):
+            return [self._decode(item) for item in data]
+        return data
+
+    def _decode_model(self, envelope: dict[str, Any]) -> BaseModel:
+        name = str(envelope.get("qualified_name"))
+        cls = self.resolve_class(name)
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+            raise ValueError(f"envelope class {name!r} is not a pydantic model")
+        model: BaseModel = cls.model_validate(envelope.get("value"))
+        return model
+
+
+class PickleSerializer(JsonSerializer):
+    """JSON first, base64-encoded pickle for whatever JSON cannot express.
+
+    **Unsafe for untrusted data**: unpickling can run arbitrary code, and the allow-list
+    of :class:`JsonSerializer` does not apply to pickled values.
+    """
+
+    def serialize(self, value: Any) -> str:
+        """JSON text when possible, else ``base64(pickle.dumps(value))``.
+
+        Raises ``ValueError`` naming the type when neither works.
+        """
+        try:
+            return super().serialize(value)
+        except ValueError:
+            pass
+        try:
+            raw = pickle.dumps(value)
+        except Exception as err:
+            raise ValueError(
+                f"cannot serialize a value of type {type(value).__name__} with JSON or "
+                f"pickle: {err}"
+            ) from err
+        return base64.b64encode(raw).decode("ascii")
+
+    def deserialize(self, value: str) -> Any:
+        """Unpickle base64 pickle text; otherwise decode it as JSON.
+
+        Raises ``ValueError`` when neither works, carrying the pickle error if the text
+        looked like a pickle.
+        """
+        pickle_error: Exception | None = None
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raw = b""
+        if raw[:1] == _PICKLE_PROTO_OPCODE:
+            try:
+                return pickle.loads(raw)
+            except Exception as err:
+                pickle_error = err
+        try:
+            return super().deserialize(value)
+        except ValueError as err:
+            if pickle_error is not None:
+                raise ValueError(f"cannot unpickle value: {pickle_error}") from pickle_error
+            raise err
+
+
+JsonPickleSerializer = PickleSerializer

@@ -1,0 +1,170 @@
+"""``WorkflowHandler``: the handle ``Workflow.run()`` returns.
+
+Await it for the result, iterate ``stream_events()`` for progress, ``send_event()`` to
+answer a human-in-the-loop request, ``cancel_run()`` to stop gracefully.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import AsyncIterator, Generator
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from tickwork.errors import WorkflowCancelledByUser, WorkflowRuntimeError
+from tickwork.events import Event, StopEvent
+
+if TYPE_CHECKING:
+    from tickwork.context.context import Context
+    from tickwork.runtime.session import RunSession
+    from tickwork.types import JournalRecord
+
+__all__ = ["WorkflowHandler"]
+
+_warned: set[str] = set()
+
+
+def _deprecated(name: str, instead: str) -> None:
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(
+            f"WorkflowHandler.{name}() is deprecated; use {instead}",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+
+
+class WorkflowHandler:
+    """The handle of one run.  Users get it from ``Workflow.run()``."""
+
+    def __init__(self, ctx: Context[Any], session: RunSession) -> None:
+        self._ctx = ctx
+        self._session = session
+        self._stream_consumed = False
+
+    @property
+    def ctx(self) -> Context[Any]:
+        """The run's Context (handler face); the one passed to ``run(ctx=...)`` if any."""
+        return self._ctx
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self._session.run_id
+
+    def is_done(self) -> bool:
+        """Whether the run has ended."""
+        return not self._session.live
+
+    # -- awaiting ----------------------------------------------------------------------
+
+    async def _outcome(self) -> StopEvent:
+        session = self._session
+        try:
+            await session.done.wait()
+        except anyio.get_cancelled_exc_class():
+            session.abort()
+            raise
+        if session.exit is None or session.hard_aborted:
+            if _backend_is_asyncio():
+                import asyncio
+
+                raise asyncio.CancelledError(f"run {session.run_id} was aborted")
+            raise WorkflowCancelledByUser(f"run {session.run_id} was aborted")
+        if session.exit.kind == "complete":
+            stop: StopEvent = session.exit.stop_event
+            return stop
+        assert session.exit.exception is not None
+        raise session.exit.exception
+
+    async def _result(self) -> Any:
+        stop = await self._outcome()
+        return stop.result if type(stop) is StopEvent else stop
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._result().__await__()
+
+    async def stop_event_result(self) -> StopEvent:
+        """Wait for the end of the run and return its terminal ``StopEvent``."""
+        return await self._outcome()
+
+    def get_stop_event(self) -> StopEvent | None:
+        """The published terminal event, or ``None`` while live or after a hard abort."""
+        return self._session.stop_event()
+
+    # -- streaming and sending ------------------------------------------------------------
+
+    async def stream_events(self, expose_internal: bool = False) -> AsyncIterator[Event]:
+        """Published events up to and including the terminal event (single consumer)."""
+        if self._stream_consumed:
+            raise WorkflowRuntimeError(
+                f"all events of run {self.run_id} were already consumed: the stream can "
+                "only be iterated once"
+            )
+        async for event in self._session.stream.iterate(expose_internal):
+            if isinstance(event, StopEvent):
+                self._stream_consumed = True
+            yield event
+
+    async def send_event(self, event: Event, step: str | None = None) -> None:
+        """Same as ``handler.ctx.send_event(event, step)``."""
+        self._ctx.send_event(event, step)
+
+    async def cancel_run(self, *, timeout: float = 5.0) -> None:
+        """Cancel gracefully and wait up to ``timeout`` seconds for the run to end."""
+        if not self._session.live:
+            return
+        try:
+            self._session.request_cancel()
+            with anyio.move_on_after(timeout):
+                await self._session.done.wait()
+        except Exception:  # noqa: S110 - documented: cancel_run never raises
+            pass
+
+    def journal(self) -> AsyncIterator[JournalRecord]:
+        """The run's journal records (needs ``Workflow(journal=True)``)."""
+        from tickwork.runtime.journal_view import iterate_journal
+
+        return iterate_journal(self._session)
+
+    # -- deprecated ------------------------------------------------------------------------
+
+    def done(self) -> bool:
+        """Deprecated alias of :meth:`is_done`."""
+        _deprecated("done", "is_done()")
+        return self.is_done()
+
+    def cancel(self) -> None:
+        """Deprecated: hard-abort the run."""
+        _deprecated("cancel", "cancel_run()")
+        self._session.abort()
+
+    def exception(self) -> BaseException | None:
+        """Deprecated: the failure exception once the run has ended."""
+        _deprecated("exception", "await handler")
+        session = self._session
+        if session.live or session.exit is None or session.exit.kind == "complete":
+            return None
+        return session.exit.exception
+
+    def cancelled(self) -> bool:
+        """Deprecated: whether the run was cancelled or aborted."""
+        _deprecated("cancelled", "the stream's WorkflowCancelledEvent")
+        session = self._session
+        return session.hard_aborted or (session.exit is not None and session.exit.kind == "cancel")
+
+    def __str__(self) -> str:
+        return (
+            f"WorkflowHandler(workflow={self._session.config.workflow_name}, "
+            f"run_id={self.run_id}, stop_event={self.get_stop_event()!r})"
+        )
+
+
+def _backend_is_asyncio() -> bool:
+    from tickwork.runtime.session import detect_backend
+
+    try:
+        return detect_backend() == "asyncio"
+    except RuntimeError:
+        return False

@@ -1,0 +1,669 @@
+"""Resources: values a step (or another resource) declares and tickwork provides (api.md §14).
+
+A step declares ``db: Annotated[Database, Resource(get_db)]`` or
+``cfg: Annotated[Settings, ResourceConfig("settings.json")]``; the runtime resolves the
+declarations right before every invocation through the workflow instance's
+:class:`ResourceManager` and passes the values as keyword arguments.
+
+Caching follows the identity of the declaration, never its name:
+
+* ``Resource(f)`` is keyed by the factory object ``f`` and its caching mode
+  ``(cache, scope)``, so two different lambdas never collide while repeated
+  ``Resource(get_db)`` declarations share one value;
+* ``ResourceConfig`` is keyed by (absolute file, selector, model class);
+* a third-party :class:`ResourceDescriptor` is keyed by its own identity.
+
+Where a value lives depends on the declaration's mode:
+
+* ``cache=True, scope="workflow"`` and every ``ResourceConfig``: in the manager itself,
+  i.e. one value per Workflow instance, shared by all its runs;
+* ``cache=True, scope="run"``: in a *run cache*, a plain ``dict`` the runtime creates for
+  each run and drops when the run ends (see below). Without a run cache -- e.g. a direct
+  ``manager.get()`` or ``validate(validate_resources=True)`` -- the value lives only as
+  long as the current resolution scope, like a one-off run;
+* ``cache=False``: in the memo of the current *resolution scope*, so all references to one
+  factory within one invocation's resolution (nested dependencies included) share a value.
+
+How the runtime uses this module
+--------------------------------
+For each invocation, in the invocation's task and right before the body::
+
+    values = await manager.resolve_invocation(step_config.resources, run_cache=run_cache)
+    # -> {"db": <Database>, "cfg": <Settings>}, keyed by parameter name
+
+where ``run_cache`` is a ``dict`` created once per run (``{}``) and dropped when the run
+ends.  This is shorthand for::
+
+    with manager.resolution_scope(run_cache=run_cache):
+        values = {d.name: await manager.get(d.resource) for d in step_config.resources}
+
+``get(descriptor, run_cache=None)`` also accepts the run cache directly.  Nested scopes
+inherit the run cache of the enclosing scope unless they pass their own.
+
+Concurrency: concurrent resolutions of one cached key (in one thread) call the factory
+once; the others wait for it with an anyio event, so this works on asyncio and trio.  A
+factory that raises, or whose resolution is cancelled, caches nothing and a waiting
+resolution then tries again itself.  Sync factories run on the event-loop thread, so
+blocking I/O belongs in ``async`` factories.
+
+Cycles (``get_a -> get_b -> get_a``) raise ``ValueError`` before any factory is called.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    Protocol,
+    get_args,
+    get_origin,
+    get_type_hints,
+    runtime_checkable,
+)
+
+import anyio
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "Resource",
+    "ResourceConfig",
+    "ResourceDefinition",
+    "ResourceDescriptor",
+    "ResourceManager",
+    "_Resource",
+    "_ResourceConfig",
+]
+
+ResourceScope = Literal["workflow", "run"]
+
+_SCOPES: tuple[ResourceScope, ...] = ("workflow", "run")
+_CONFIG_CACHE_SIZE = 128
+
+
+@runtime_checkable
+class ResourceDescriptor(Protocol):
+    """What a resource declaration inside ``Annotated[T, ...]`` must provide.
+
+    ``_Resource`` and ``_ResourceConfig`` implement it; third-party descriptors may too.
+    ``scope`` is an optional attribute (``"workflow"`` when absent).
+    """
+
+    @property
+    def name(self) -> str:
+        """The name used by ``ResourceManager.set`` and in error messages."""
+        ...
+
+    @property
+    def cache(self) -> bool:
+        """Whether the value is cached (see the module docstring for the modes)."""
+        ...
+
+    async def resolve(self, manager: ResourceManager) -> Any:
+        """Produce a fresh value, resolving dependencies through ``manager``."""
+        ...
+
+    def set_type_annotation(self, type_annotation: Any) -> None:
+        """Receive the ``T`` of the ``Annotated[T, ...]`` declaration."""
+        ...
+
+    def set_localns(self, localns: Mapping[str, Any] | None) -> None:
+        """Receive the namespace the declaration was resolved in."""
+        ...
+
+    def get_dependencies(self) -> list[tuple[str, ResourceDescriptor, Any]]:
+        """``(parameter, descriptor, annotated type)`` for each resource this one needs."""
+        ...
+
+
+class ResourceDefinition(BaseModel):
+    """One resource parameter of a step: ``name`` is the parameter name."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str
+    resource: ResourceDescriptor
+    type_annotation: Any
+
+
+# ---------------------------------------------------------------------------------------
+# Resource(factory)
+# ---------------------------------------------------------------------------------------
+
+
+class _Resource:
+    """A value produced by calling ``factory``; see :func:`Resource`."""
+
+    def __init__(
+        self, factory: Callable[..., Any], cache: bool = True, scope: ResourceScope = "workflow"
+    ) -> None:
+        if not callable(factory):
+            raise TypeError(f"Resource(factory): factory must be callable, got {factory!r}")
+        if scope not in _SCOPES:
+            raise ValueError(
+                f"Resource({_factory_name(factory)}): unknown scope {scope!r}; "
+                f"use 'workflow' or 'run'"
+            )
+        if scope == "run" and not cache:
+            raise ValueError(
+                f"Resource({_factory_name(factory)}): scope='run' caches one value per run, "
+                "which contradicts cache=False; drop one of the two"
+            )
+        self.factory = factory
+        self.cache = bool(cache)
+        self.scope: ResourceScope = scope
+        self.name = _factory_name(factory)
+        self.type_annotation: Any = None
+        self._localns: Mapping[str, Any] | None = None
+        self._dependencies: list[tuple[str, ResourceDescriptor, Any]] | None = None
+
+    def __repr__(self) -> str:
+        return f"Resource({self.name}, cache={self.cache}, scope={self.scope!r})"
+
+    def set_type_annotation(self, type_annotation: Any) -> None:
+        """Remember the annotated type (used by drawings)."""
+        self.type_annotation = type_annotation
+
+    def set_localns(self, localns: Mapping[str, Any] | None) -> None:
+        """Remember the declaration site's namespace for the factory's annotations."""
+        self._localns = localns
+        self._dependencies = None
+
+    def get_dependencies(self) -> list[tuple[str, ResourceDescriptor, Any]]:
+        """The resources the factory's parameters declare, in parameter order.
+
+        Raises ``ValueError`` naming the factory and the parameter when a parameter is
+        neither a resource nor has a default, or when an annotation cannot be resolved.
+        """
+        if self._dependencies is None:
+            self._dependencies = _factory_dependencies(self.factory, self.name, self._localns)
+        return list(self._dependencies)
+
+    async def call(self, manager: ResourceManager) -> Any:
+        """Resolve the dependencies through ``manager`` and call the factory (no caching)."""
+        kwargs = {
+            param: await manager.get(descriptor) for param, descriptor, _ in self.get_dependencies()
+        }
+        value = self.factory(**kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        return value
+
+    async def resolve(self, manager: ResourceManager) -> Any:
+        """Same as :meth:`call`; the manager decides about caching around it."""
+        return await self.call(manager)
+
+    def _cache_key(self) -> Hashable:
+        return ("resource", _Identity(self.factory), self.cache, self.scope)
+
+
+def Resource(
+    factory: Callable[..., Any], cache: bool = True, *, scope: ResourceScope = "workflow"
+) -> _Resource:
+    """Declare a resource: ``Annotated[Database, Resource(get_db)]``.
+
+    ``factory`` is a sync or async callable; its own parameters may be resources or
+    configs (resolved recursively) and every other parameter needs a default.  ``scope``
+    is ``"workflow"`` (one value per Workflow instance) or ``"run"`` (one per run);
+    ``cache=False`` gives a new value per invocation.  An unknown scope, or
+    ``scope="run"`` with ``cache=False``, raises ``ValueError``.
+    """
+    return _Resource(factory, cache, scope)
+
+
+def _factory_name(factory: Any) -> str:
+    qualname = getattr(factory, "__qualname__", None)
+    return qualname if isinstance(qualname, str) else type(factory).__name__
+
+
+# ---------------------------------------------------------------------------------------
+# ResourceConfig(config_file)
+# ---------------------------------------------------------------------------------------
+
+
+class _ResourceConfig:
+    """A pydantic model loaded from (a section of) a JSON file; see :func:`ResourceConfig`."""
+
+    cache = True
+    scope: ResourceScope = "workflow"
+
+    def __init__(
+        self,
+        config_file: str,
+        path_selector: str | None = None,
+        label: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        if not str(config_file).endswith(".json"):
+            raise ValueError(
+                f"ResourceConfig: config_file must be a .json file, got {config_file!r}"
+            )
+        self._given_path = str(config_file)
+        self.path_selector = path_selector
+        self.label = label
+        self.description = description
+        self.cls_factory: type[BaseModel] | None = None
+
+    def __repr__(self) -> str:
+        return f"ResourceConfig({self.name!r})"
+
+    @property
+    def config_file(self) -> str:
+        """The absolute path of the file; ``FileNotFoundError`` when it does not exist."""
+        absolute = os.path.abspath(self._given_path)
+        if not os.path.isfile(absolute):
+            raise FileNotFoundError(f"ResourceConfig file not found: {self._given_path}")
+        return absolute
+
+    @property
+    def name(self) -> str:
+        """The path as given, plus ``"." + path_selector`` when a selector is set."""
+        if self.path_selector:
+            return f"{self._given_path}.{self.path_selector}"
+        return self._given_path
+
+    def set_type_annotation(self, type_annotation: Any) -> None:
+        """Use the annotated type as the model class when it is a ``BaseModel``."""
+        if isinstance(type_annotation, type) and issubclass(type_annotation, BaseModel):
+            self.cls_factory = type_annotation
+
+    def set_localns(self, localns: Mapping[str, Any] | None) -> None:
+        """Configs have no annotations to resolve."""
+
+    def get_dependencies(self) -> list[tuple[str, ResourceDescriptor, Any]]:
+        """Configs depend on nothing."""
+        return []
+
+    def load_data(self) -> Any:
+        """The selected JSON data (a fresh copy; the file is read through the LRU cache)."""
+        return copy.deepcopy(_load_config_section(self.config_file, self.path_selector))
+
+    def call(self) -> BaseModel:
+        """Load, select and validate the configuration.
+
+        Raises ``FileNotFoundError`` for a missing file, ``ValueError`` when the selector
+        does not lead to a dict or no model class is set, and pydantic's
+        ``ValidationError`` when the data does not fit the model.
+        """
+        if self.cls_factory is None:
+            raise ValueError(
+                f"ResourceConfig({self.name!r}): cls_factory is not set; annotate the "
+                "parameter as Annotated[Model, ResourceConfig(...)] with a BaseModel subclass"
+            )
+        data = _load_config_section(self.config_file, self.path_selector)
+        return self.cls_factory.model_validate(data)
+
+    async def resolve(self, manager: ResourceManager) -> Any:
+        """Same as :meth:`call`."""
+        return self.call()
+
+    def _cache_key(self) -> Hashable:
+        absolute = os.path.abspath(self._given_path)
+        return ("config", absolute, self.path_selector, _Identity(self.cls_factory))
+
+
+def ResourceConfig(
+    config_file: str,
+    path_selector: str | None = None,
+    label: str | None = None,
+    description: str | None = None,
+) -> _ResourceConfig:
+    """Declare a configuration: ``Annotated[Settings, ResourceConfig("settings.json")]``.
+
+    ``path_selector`` (``"core.fs"``) selects a nested section.  A ``config_file`` that
+    does not end in ``.json`` raises ``ValueError`` here; whether it exists is checked
+    when the value is first loaded.  Loaded values are always cached per Workflow instance.
+    """
+    return _ResourceConfig(config_file, path_selector, label, description)
+
+
+@functools.lru_cache(maxsize=_CONFIG_CACHE_SIZE)
+def _load_config_section(absolute_path: str, path_selector: str | None) -> Any:
+    """Read ``absolute_path`` and walk ``path_selector``; cached, so later edits are unseen."""
+    with open(absolute_path, encoding="utf-8") as handle:
+        try:
+            data: Any = json.load(handle)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"ResourceConfig file {absolute_path} is not valid JSON: {exc}"
+            ) from exc
+    if not path_selector:
+        return data
+    segments = path_selector.split(".")
+    for index, segment in enumerate(segments):
+        found = data.get(segment, _MISSING) if isinstance(data, dict) else _MISSING
+        if not isinstance(found, dict):
+            what = f"no key {segment!r}" if found is _MISSING else type(found).__name__
+            prefix = ".".join(segments[: index + 1])
+            raise ValueError(
+                f"ResourceConfig file {absolute_path}: path_selector {prefix!r} does not "
+                f"lead to a dict (found {what})"
+            )
+        data = found
+    return data
+
+
+_MISSING: Any = object()
+
+
+# ---------------------------------------------------------------------------------------
+# Factory introspection
+# ---------------------------------------------------------------------------------------
+
+
+def _factory_dependencies(
+    factory: Callable[..., Any], name: str, localns: Mapping[str, Any] | None
+) -> list[tuple[str, ResourceDescriptor, Any]]:
+    """Read the factory's parameters: resource declarations become dependencies."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # builtins and C callables without a signature
+        return []
+    hints = _factory_hints(factory, name, localns)
+    dependencies: list[tuple[str, ResourceDescriptor, Any]] = []
+    for param in signature.parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        declared = _resource_declaration(hints.get(param.name))
+        if declared is not None:
+            type_annotation, descriptor = declared
+            descriptor.set_type_annotation(type_annotation)
+            descriptor.set_localns(localns)
+            dependencies.append((param.name, descriptor, type_annotation))
+        elif param.default is param.empty:
+            raise ValueError(
+                f"resource factory {name!r}: parameter {param.name!r} is not a resource "
+                "(Annotated[T, Resource(...)] or Annotated[Model, ResourceConfig(...)]) and "
+                "has no default, so tickwork cannot call the factory"
+            )
+    return dependencies
+
+
+def _factory_hints(
+    factory: Callable[..., Any], name: str, localns: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The factory's resolved annotations.
+
+    Names resolve against the factory's module globals first, then against the
+    declaration site's locals: a local name never shadows a module-level one.
+    """
+    target = _annotated_callable(factory)
+    module_globals = _module_globals(target)
+    namespace = {**(localns or {}), **module_globals}
+    try:
+        return get_type_hints(
+            target, globalns=module_globals, localns=namespace, include_extras=True
+        )
+    except NameError as exc:
+        missing = getattr(exc, "name", None) or str(exc)
+        raise ValueError(
+            f"resource factory {name!r}: cannot resolve the annotation name {missing!r}; "
+            "it must be visible at the factory's module scope or where the resource is declared"
+        ) from exc
+    except TypeError:  # objects get_type_hints does not support: no usable annotations
+        return {}
+
+
+def _annotated_callable(factory: Callable[..., Any]) -> Any:
+    """The object whose annotations describe the factory's call parameters."""
+    if isinstance(factory, functools.partial):
+        return _annotated_callable(factory.func)
+    if isinstance(factory, type):
+        constructor: Any = factory
+        return constructor.__init__
+    if inspect.isfunction(factory) or inspect.ismethod(factory):
+        return factory
+    call = getattr(type(factory), "__call__", None)  # noqa: B004 - the class attribute
+    return call if call is not None else factory
+
+
+def _module_globals(target: Any) -> dict[str, Any]:
+    function = inspect.unwrap(getattr(target, "__func__", target))
+    found = getattr(function, "__globals__", None)
+    if isinstance(found, dict):
+        return found
+    module = sys.modules.get(getattr(target, "__module__", "") or "")
+    return dict(vars(module)) if module is not None else {}
+
+
+def _resource_declaration(annotation: Any) -> tuple[Any, ResourceDescriptor] | None:
+    """``(T, descriptor)`` for ``Annotated[T, descriptor, ...]``, else ``None``."""
+    if get_origin(annotation) is not Annotated:
+        return None
+    base, *metadata = get_args(annotation)
+    for item in metadata:
+        if isinstance(item, ResourceDescriptor):
+            return base, item
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# ResourceManager
+# ---------------------------------------------------------------------------------------
+
+
+class _Identity:
+    """A hashable handle comparing by object identity (and keeping the object alive)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Identity) and other.obj is self.obj
+
+    def __repr__(self) -> str:
+        return f"_Identity({self.obj!r})"
+
+
+@dataclass
+class _ResolutionScope:
+    """One resolution (normally one invocation): the memo for uncached values."""
+
+    manager: ResourceManager
+    memo: dict[Hashable, Any] = field(default_factory=dict)
+    run_cache: dict[Any, Any] | None = None
+
+
+@dataclass
+class _PendingCreation:
+    """A factory call in progress; concurrent resolutions of the same key wait on it."""
+
+    done: anyio.Event
+
+
+_active_scope: ContextVar[_ResolutionScope | None] = ContextVar(
+    "tickwork_resource_scope", default=None
+)
+# (manager id, cache key, resource name) of every resolution in progress in this task.
+_resolution_chain: ContextVar[tuple[tuple[int, Hashable, str], ...]] = ContextVar(
+    "tickwork_resource_chain", default=()
+)
+
+
+class ResourceManager:
+    """Resolves and caches resources for one Workflow instance (api.md §14.3)."""
+
+    def __init__(self) -> None:
+        self.resources: dict[str, Any] = {}
+        self._seeded: dict[str, Any] = {}
+        self._workflow_cache: dict[Hashable, Any] = {}
+        self._pending: dict[tuple[int, Hashable, int], _PendingCreation] = {}
+        self._acyclic: set[Hashable] = set()
+
+    async def set(self, name: str, val: Any) -> None:
+        """Pre-seed ``val`` for every cached declaration named ``name``.
+
+        ``name`` is a factory qualname or a config name; the factory is then never called.
+        """
+        self._seeded[name] = val
+        self.resources[name] = val
+
+    def get_all(self) -> dict[str, Any]:
+        """The informational name -> value mapping (the ``resources`` dict itself)."""
+        return self.resources
+
+    @contextmanager
+    def resolution_scope(self, run_cache: dict[Any, Any] | None = None) -> Iterator[None]:
+        """Share one memo for uncached values across everything resolved inside.
+
+        Nested scopes share the outermost scope's memo, which is dropped when the
+        outermost scope exits.  ``run_cache`` is the per-run dict for ``scope="run"``
+        values; a nested scope without one inherits the enclosing scope's.
+        """
+        outer = _active_scope.get()
+        if outer is not None and outer.manager is self:
+            scope = _ResolutionScope(
+                self, outer.memo, run_cache if run_cache is not None else outer.run_cache
+            )
+        else:
+            scope = _ResolutionScope(self, run_cache=run_cache)
+        token = _active_scope.set(scope)
+        try:
+            yield
+        finally:
+            _active_scope.reset(token)
+
+    async def get(
+        self, descriptor: ResourceDescriptor, run_cache: dict[Any, Any] | None = None
+    ) -> Any:
+        """Resolve one declaration under the caching rules.
+
+        A resolution scope is opened if none is active; ``run_cache`` (see the module
+        docstring) holds ``scope="run"`` values.  Raises ``ValueError`` for a cycle and
+        whatever the factory (or config loading) raises.
+        """
+        with self.resolution_scope(run_cache):
+            scope = _active_scope.get()
+            assert scope is not None
+            return await self._resolve(descriptor, scope)
+
+    async def resolve_invocation(
+        self, definitions: Iterable[ResourceDefinition], run_cache: dict[Any, Any] | None = None
+    ) -> dict[str, Any]:
+        """Resolve a step's resources for one invocation: parameter name -> value.
+
+        Everything is resolved in one resolution scope, so uncached values are shared
+        within the invocation and not beyond it.
+        """
+        values: dict[str, Any] = {}
+        with self.resolution_scope(run_cache):
+            for definition in definitions:
+                values[definition.name] = await self.get(definition.resource)
+        return values
+
+    async def _resolve(self, descriptor: ResourceDescriptor, scope: _ResolutionScope) -> Any:
+        name = descriptor.name
+        if descriptor.cache and name in self._seeded:
+            return self._seeded[name]
+        key = _cache_key(descriptor)
+        store = self._store_for(descriptor, scope)
+        if key in store:
+            return store[key]
+        self._check_not_in_chain(key, name)
+        self._check_acyclic(descriptor, key)
+        token = _resolution_chain.set((*_resolution_chain.get(), (id(self), key, name)))
+        try:
+            return await self._create_once(descriptor, key, store)
+        finally:
+            _resolution_chain.reset(token)
+
+    def _store_for(
+        self, descriptor: ResourceDescriptor, scope: _ResolutionScope
+    ) -> dict[Hashable, Any]:
+        """The dict a value of this declaration lives in (see the module docstring)."""
+        if not descriptor.cache:
+            return scope.memo
+        if getattr(descriptor, "scope", "workflow") == "run":
+            return scope.run_cache if scope.run_cache is not None else scope.memo
+        return self._workflow_cache
+
+    async def _create_once(
+        self, descriptor: ResourceDescriptor, key: Hashable, store: dict[Hashable, Any]
+    ) -> Any:
+        """Call the factory unless another resolution of ``key`` is already doing it."""
+        pending_key = (id(store), key, threading.get_ident())
+        while True:
+            if key in store:
+                return store[key]
+            pending = self._pending.get(pending_key)
+            if pending is None:
+                break
+            await pending.done.wait()
+        pending = _PendingCreation(anyio.Event())
+        self._pending[pending_key] = pending
+        try:
+            value = await descriptor.resolve(self)
+            store[key] = value
+            if store is self._workflow_cache:
+                self.resources[descriptor.name] = value
+            return value
+        finally:
+            del self._pending[pending_key]
+            pending.done.set()
+
+    def _check_not_in_chain(self, key: Hashable, name: str) -> None:
+        """Catch cycles that only show up at resolution (third-party descriptors)."""
+        chain = [(k, n) for owner, k, n in _resolution_chain.get() if owner == id(self)]
+        keys = [k for k, _ in chain]
+        if key in keys:
+            names = [n for _, n in chain[keys.index(key) :]]
+            raise ValueError(f"resource cycle detected: {' -> '.join([*names, name])}")
+
+    def _check_acyclic(self, descriptor: ResourceDescriptor, key: Hashable) -> None:
+        """Walk the declared dependencies once per key and reject cycles before any call.
+
+        Checking up front (instead of only along the resolving task's chain) matters for
+        concurrency: two tasks entering a cycle from different ends would otherwise wait
+        for each other forever.
+        """
+        if key in self._acyclic:
+            return
+        visited: list[Hashable] = []
+        self._walk_dependencies(descriptor, key, [], visited)
+        self._acyclic.update(visited)
+
+    def _walk_dependencies(
+        self,
+        descriptor: ResourceDescriptor,
+        key: Hashable,
+        path: list[tuple[Hashable, str]],
+        visited: list[Hashable],
+    ) -> None:
+        path_keys = [k for k, _ in path]
+        if key in path_keys:
+            names = [n for _, n in path[path_keys.index(key) :]]
+            raise ValueError(f"resource cycle detected: {' -> '.join([*names, descriptor.name])}")
+        if key in self._acyclic or key in visited:
+            return
+        if descriptor.cache and descriptor.name in self._seeded:
+            return
+        get_dependencies = getattr(descriptor, "get_dependencies", None)
+        dependencies = get_dependencies() if callable(get_dependencies) else []
+        path.append((key, descriptor.name))
+        for _, dependency, _ in dependencies:
+            self._walk_dependencies(dependency, _cache_key(dependency), path, visited)
+        path.pop()
+        visited.append(key)
+
+
+def _cache_key(descriptor: ResourceDescriptor) -> Hashable:
+    """The declaration-identity key of a descriptor (see the module docstring)."""
+    if isinstance(descriptor, (_Resource, _ResourceConfig)):
+        return descriptor._cache_key()
+    return ("descriptor", _Identity(descriptor))

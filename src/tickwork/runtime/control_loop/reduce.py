@@ -1,0 +1,814 @@
+"""The pure reducer: ``reduce(state, tick) -> (state, commands)``.
+
+One dispatcher maps each tick type to a processor; each processor reads top to bottom
+as named phases.  Every processor works on a :class:`_Tx`, a small accumulator that
+holds the changed parts of the state and the commands produced so far, and builds the
+new :class:`RunState` once at the end.  The input state is never mutated, and the new
+state shares every part that did not change: a tick costs O(what it touches).
+
+Time never comes from a clock: every decision uses ``tick.stamped_at``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from tickwork.errors import WorkflowCancelledByUser, WorkflowTimeoutError
+from tickwork.events import (
+    InputRequiredEvent,
+    StopEvent,
+    UnhandledEvent,
+    WorkflowCancelledEvent,
+    WorkflowIdleEvent,
+    WorkflowTimedOutEvent,
+)
+from tickwork.runtime.control_loop.streams import commit_collect_ops
+from tickwork.runtime.types.commands import (
+    CancelWorker,
+    Command,
+    CompleteRun,
+    FailWorkflow,
+    Halt,
+    PublishEvent,
+    PublishStepState,
+    RunWorker,
+    ScheduleIdleCheck,
+    ScheduleTimeout,
+    ScheduleWaiterTimeout,
+    ScheduleWakeup,
+)
+from tickwork.runtime.types.results import Completed, Failed, Suspended
+from tickwork.runtime.types.state import (
+    Invocation,
+    RunState,
+    StepRunState,
+    StepSpec,
+    Waiter,
+    WorkItem,
+)
+from tickwork.runtime.types.step_id import invocation_id, work_item_id
+from tickwork.runtime.types.ticks import (
+    AddEvent,
+    CancelRun,
+    IdleCheck,
+    SessionStart,
+    StepResult,
+    Tick,
+    Timeout,
+    WaiterTimeout,
+    Wakeup,
+)
+from tickwork.runtime.types.ticks import (
+    PublishEvent as PublishTick,
+)
+
+__all__ = ["initial_state", "reduce"]
+
+_FRESH_STEP = StepRunState()
+_log = logging.getLogger("tickwork.runtime")
+
+
+def initial_state(config: Any) -> RunState:
+    """The state of a run that has not started: every step idle and empty."""
+    return RunState(config=config, steps={name: _FRESH_STEP for name in config.steps})
+
+
+class _Tx:
+    """The accumulator of one reduction: changed steps, changed fields, commands."""
+
+    __slots__ = ("base", "commands", "fields", "now", "steps")
+
+    def __init__(self, base: RunState, now: float) -> None:
+        self.base = base
+        self.now = now
+        self.steps: dict[str, StepRunState] = {}
+        self.fields: dict[str, Any] = {}
+        self.commands: list[Command] = []
+
+    def get(self, name: str) -> Any:
+        if name in self.fields:
+            return self.fields[name]
+        return getattr(self.base, name)
+
+    def set(self, name: str, value: Any) -> None:
+        self.fields[name] = value
+
+    def add(self, name: str, delta: int) -> None:
+        self.fields[name] = self.get(name) + delta
+
+    def step(self, name: str) -> StepRunState:
+        current = self.steps.get(name)
+        return current if current is not None else self.base.steps[name]
+
+    def put_step(self, name: str, value: StepRunState) -> None:
+        self.steps[name] = value
+
+    def spec(self, name: str) -> StepSpec:
+        spec: StepSpec = self.base.config.steps[name]
+        return spec
+
+    def emit(self, command: Command) -> None:
+        self.commands.append(command)
+
+    def mint_work_item(self) -> str:
+        seq = self.get("work_item_seq")
+        self.set("work_item_seq", seq + 1)
+        return work_item_id(seq)
+
+    def mint_invocation(self) -> str:
+        seq = self.get("invocation_seq")
+        self.set("invocation_seq", seq + 1)
+        return invocation_id(seq)
+
+    @property
+    def live(self) -> bool:
+        return bool(self.get("status") == "running")
+
+    def commit(self) -> RunState:
+        if self.steps:
+            steps = dict(self.base.steps)
+            steps.update(self.steps)
+            self.fields["steps"] = steps
+        return replace(self.base, **self.fields) if self.fields else self.base
+
+
+# ---------------------------------------------------------------------------- dispatcher
+
+
+def reduce(state: RunState, tick: Tick) -> tuple[RunState, list[Command]]:
+    """Process one tick.  Pure: ``state`` is not modified and no clock is read."""
+    tx = _Tx(state, tick.stamped_at)
+    tx.set("journal_seq", state.journal_seq + 1)
+    if not isinstance(tick, SessionStart):
+        _accrue_alive_time(tx)
+    processor = _PROCESSORS[type(tick)]
+    processor(tx, tick)
+    _schedule_idle_check_if_quiescent(tx, tick)
+    return tx.commit(), tx.commands
+
+
+# ------------------------------------------------------------------------ common phases
+
+
+def _accrue_alive_time(tx: _Tx) -> None:
+    """Add the time since the last processed input to the spent timeout budget."""
+    last = tx.get("last_alive_stamp")
+    if last is None:
+        tx.set("last_alive_stamp", tx.now)
+    elif tx.now > last:
+        tx.set("elapsed_alive", tx.get("elapsed_alive") + (tx.now - last))
+        tx.set("last_alive_stamp", tx.now)
+
+
+def _schedule_idle_check_if_quiescent(tx: _Tx, tick: Tick) -> None:
+    """After an input that leaves the run quiescent, ask for one idle check."""
+    if isinstance(tick, (SessionStart, IdleCheck)) or not tx.live:
+        return
+    if tx.get("queued") == 0 and tx.get("running") == 0 and not tx.get("idle_check_pending"):
+        tx.set("idle_check_pending", True)
+        tx.emit(ScheduleIdleCheck())
+
+
+def _smallest_free_slot(spec: StepSpec, step_state: StepRunState) -> int | None:
+    busy = step_state.busy_slots
+    if len(busy) >= spec.num_workers:
+        return None
+    slot = 0
+    while slot in busy:
+        slot += 1
+    return slot
+
+
+def _start_invocation(tx: _Tx, step: str, item: WorkItem, slot: int) -> None:
+    """Dispatch ``item`` to ``slot``: record the invocation and ask for a worker."""
+    current = tx.step(step)
+    item_waiters = current.waiters_by_item.get(item.work_item_id, frozenset())
+    if item.first_attempt_at is None:
+        item = replace(item, first_attempt_at=tx.now)
+    invocation = Invocation(
+        invocation_id=tx.mint_invocation(),
+        step=step,
+        worker_id=slot,
+        item=item,
+        dispatched_at=tx.now,
+        collect_view=current.collect_buffers,
+        waiters_view={wid: current.waiters[wid] for wid in item_waiters},
+    )
+    tx.put_step(
+        step,
+        replace(
+            current,
+            in_progress=current.in_progress.set(invocation.invocation_id, invocation),
+            busy_slots=current.busy_slots | {slot},
+        ),
+    )
+    tx.add("running", 1)
+    tx.emit(PublishStepState(step, "running", str(slot), type(item.event)))
+    tx.emit(RunWorker(invocation))
+
+
+def _dispatch_or_queue(tx: _Tx, step: str, item: WorkItem) -> None:
+    """Run ``item`` in the smallest free slot, or queue it (publishing PREPARING)."""
+    slot = _smallest_free_slot(tx.spec(step), tx.step(step))
+    if slot is not None:
+        _start_invocation(tx, step, item, slot)
+        return
+    current = tx.step(step)
+    tx.put_step(step, replace(current, queue=current.queue.append(item)))
+    tx.add("queued", 1)
+    tx.emit(PublishStepState(step, "preparing", "<enqueued>", type(item.event)))
+
+
+def _drain_queue(tx: _Tx, step: str) -> None:
+    """Fill free slots of ``step`` with the first eligible queued items, in order."""
+    spec = tx.spec(step)
+    now = tx.now
+    while True:
+        current = tx.step(step)
+        if not current.queue:
+            return
+        slot = _smallest_free_slot(spec, current)
+        if slot is None:
+            return
+        item, rest = current.queue.pop_first(
+            lambda it: it.not_before is None or it.not_before <= now
+        )
+        if item is None:
+            return
+        tx.put_step(step, replace(current, queue=rest))
+        tx.add("queued", -1)
+        _start_invocation(tx, step, item, slot)
+
+
+# ------------------------------------------------------------------------ session start
+
+
+def _process_session_start(tx: _Tx, tick: SessionStart) -> None:
+    """Start or resume a session: rewind in-flight work, arm the run timer."""
+    tx.set("status", "running")
+    tx.set("is_running", True)
+    tx.set("last_alive_stamp", tx.now)
+    tx.set("idle_check_pending", False)
+    _rewind_in_flight(tx)
+    _arm_waiter_timeouts(tx)
+    timeout = tx.base.config.timeout
+    if timeout is not None:
+        remaining = max(0.0, timeout - tx.get("elapsed_alive"))
+        tx.emit(ScheduleTimeout(tx.now + remaining))
+
+
+def _rewind_in_flight(tx: _Tx) -> None:
+    """Put interrupted invocations back at the front of their queues, then dispatch."""
+    for step in sorted(tx.base.steps):
+        current = tx.step(step)
+        if not current.in_progress:
+            continue
+        interrupted = sorted(
+            current.in_progress.values(), key=lambda inv: int(inv.invocation_id.split("-")[1])
+        )
+        queue = current.queue
+        for invocation in reversed(interrupted):
+            queue = queue.appendleft(invocation.item)
+        tx.put_step(step, replace(current, queue=queue, in_progress=type(current.in_progress)(),
+                                  busy_slots=frozenset()))
+        tx.add("queued", len(interrupted))
+        tx.add("running", -len(interrupted))
+    for step in sorted(tx.base.steps):
+        _drain_queue(tx, step)
+
+
+def _arm_waiter_timeouts(tx: _Tx) -> None:
+    """Schedule a check for every waiter that has a timeout budget."""
+    for step in tx.base.steps:
+        for waiter in tx.step(step).waiters.values():
+            if waiter.timeout is not None and waiter.resolved_event is None:
+                remaining = waiter.timeout - (tx.get("elapsed_alive") - waiter.registered_alive)
+                tx.emit(ScheduleWaiterTimeout(tx.now + max(0.0, remaining), step, waiter.waiter_id))
+
+
+# ---------------------------------------------------------------------------- add event
+
+
+def _process_add_event(tx: _Tx, tick: AddEvent) -> None:
+    """An event enters the run: claim its key, resolve waiters, route, report unhandled."""
+    if not tx.live or not _claim_emission(tx, tick):
+        return
+    _deliver_event(tx, tick.event, tick.target_step, tick.recovery_counts, ())
+
+
+def _claim_emission(tx: _Tx, tick: AddEvent) -> bool:
+    """Record a keyed send as routed; ``False`` if it was routed before or is orphaned."""
+    if tick.emission_key is None or tick.source_step is None:
+        return True
+    inv_id, index = tick.emission_key
+    current = tx.step(tick.source_step)
+    invocation = current.in_progress.get(inv_id)
+    if invocation is None or index in invocation.received:
+        return False
+    updated = replace(invocation, received=invocation.received | {index})
+    tx.put_step(tick.source_step, replace(current, in_progress=current.in_progress.set(inv_id, updated)))
+    return True
+
+
+def _deliver_event(
+    tx: _Tx,
+    event: Any,
+    target: str | None,
+    recovery_counts: Mapping[str, int],
+    scope_path: tuple[str, ...],
+) -> None:
+    """Resolve waiters, then route ``event`` to every accepting step (or ``target``)."""
+    woken = _resolve_waiters(tx, event)
+    delivered = bool(woken)
+    routes = (target,) if target is not None else tx.base.config.routes_for(type(event))
+    for step in routes:
+        if step in woken:
+            continue
+        delivered = _route_to_step(tx, step, event, recovery_counts, scope_path) or delivered
+    if not delivered:
+        _publish_unhandled(tx, event, target)
+
+
+def _route_to_step(
+    tx: _Tx,
+    step: str,
+    event: Any,
+    recovery_counts: Mapping[str, int],
+    scope_path: tuple[str, ...],
+) -> bool:
+    """Deliver one event to one step as a new work item (or a join arrival)."""
+    spec = tx.spec(step)
+    if spec.kind == "collect":
+        return _ignore_for_collect_step(tx, step, event)
+    if spec.kind == "join":
+        _arrive_at_join(tx, step, event, recovery_counts, scope_path)
+        return True
+    item = WorkItem(
+        work_item_id=tx.mint_work_item(),
+        step=step,
+        event=event,
+        scope_path=scope_path,
+        recovery_counts=recovery_counts,
+    )
+    _dispatch_or_queue(tx, step, item)
+    return True
+
+
+def _ignore_for_collect_step(tx: _Tx, step: str, event: Any) -> bool:
+    """A ``list[E]`` step only collects members of a fan-out stream."""
+    _log.warning(
+        "%s was sent outside any fan-out stream; the list[E] step %r only collects "
+        "members of a stream and ignores it",
+        type(event).__name__,
+        step,
+    )
+    return True
+
+
+def _arrive_at_join(
+    tx: _Tx,
+    step: str,
+    event: Any,
+    recovery_counts: Mapping[str, int],
+    scope_path: tuple[str, ...],
+) -> None:
+    """Buffer a multi-slot arrival; dispatch the join when a batch is complete."""
+    spec = tx.spec(step)
+    current = tx.step(step)
+    buffer = (*current.join_buffer, event)
+    assignment = _assign_slots(spec, buffer)
+    if assignment is None:
+        tx.put_step(step, replace(current, join_buffer=buffer))
+        return
+    used = {id(ev) for ev in assignment.values()}
+    rest = tuple(ev for ev in buffer if id(ev) not in used)
+    tx.put_step(step, replace(current, join_buffer=rest))
+    item = WorkItem(
+        work_item_id=tx.mint_work_item(),
+        step=step,
+        event=event,
+        bound_events=assignment,
+        scope_path=scope_path,
+        recovery_counts=recovery_counts,
+    )
+    _dispatch_or_queue(tx, step, item)
+
+
+def _assign_slots(spec: StepSpec, buffer: tuple[Any, ...]) -> dict[str, Any] | None:
+    """Assign slots in declaration order to the earliest matching events (backtracking)."""
+
+    def matches(slot_type: type, event: Any) -> bool:
+        if spec.subclass_mode:
+            return isinstance(event, slot_type)
+        return type(event) is slot_type
+
+    def search(index: int, used: frozenset[int]) -> dict[str, Any] | None:
+        if index == len(spec.slots):
+            return {}
+        name, slot_type = spec.slots[index]
+        for position, event in enumerate(buffer):
+            if position in used or not matches(slot_type, event):
+                continue
+            rest = search(index + 1, used | {position})
+            if rest is not None:
+                return {name: event, **rest}
+        return None
+
+    return search(0, frozenset())
+
+
+def _publish_unhandled(tx: _Tx, event: Any, target: str | None) -> None:
+    if isinstance(event, InputRequiredEvent):
+        return
+    etype = type(event)
+    idle = tx.get("queued") == 0 and tx.get("running") == 0
+    tx.emit(
+        PublishEvent(
+            UnhandledEvent(
+                event_type=etype.__name__,
+                qualified_name=f"{etype.__module__}.{etype.__qualname__}",
+                step_name=target,
+                idle=idle,
+            )
+        )
+    )
+
+
+# ------------------------------------------------------------------------------ waiters
+
+
+def _resolve_waiters(tx: _Tx, event: Any) -> set[str]:
+    """Resolve every waiter ``event`` matches; re-deliver their work items.
+
+    Returns the names of the steps woken this way (they do not also receive the event).
+    """
+    index = tx.get("waiter_index")
+    if not index:
+        return set()
+    candidates: list[tuple[str, str]] = []
+    for etype in type(event).__mro__:
+        candidates.extend(index.get(etype, ()))
+    woken: set[str] = set()
+    for step, waiter_id in sorted(candidates):
+        current = tx.step(step)
+        waiter = current.waiters.get(waiter_id)
+        if waiter is None or not waiter.matches(event):
+            continue
+        resolved = replace(waiter, resolved_event=event)
+        tx.put_step(step, replace(current, waiters=current.waiters.set(waiter_id, resolved)))
+        _unindex_waiter(tx, step, waiter)
+        _dispatch_or_queue(tx, step, waiter.item)
+        woken.add(step)
+    return woken
+
+
+def _index_waiter(tx: _Tx, step: str, waiter: Waiter) -> None:
+    index = dict(tx.get("waiter_index"))
+    index[waiter.event_type] = index.get(waiter.event_type, frozenset()) | {
+        (step, waiter.waiter_id)
+    }
+    tx.set("waiter_index", index)
+
+
+def _unindex_waiter(tx: _Tx, step: str, waiter: Waiter) -> None:
+    index = dict(tx.get("waiter_index"))
+    remaining = index.get(waiter.event_type, frozenset()) - {(step, waiter.waiter_id)}
+    if remaining:
+        index[waiter.event_type] = remaining
+    else:
+        index.pop(waiter.event_type, None)
+    tx.set("waiter_index", index)
+
+
+def _register_waiter(tx: _Tx, invocation: Invocation, outcome: Suspended) -> None:
+    """Record a suspension: keep an existing budget, publish ``waiter_event`` once."""
+    request = outcome.waiter
+    step = invocation.step
+    current = tx.step(step)
+    existing = current.waiters.get(request.waiter_id)
+    waiter = Waiter(
+        waiter_id=request.waiter_id,
+        item=invocation.item,
+        event_type=request.event_type,
+        requirements=request.requirements,
+        waiter_event=request.waiter_event,
+        timeout=request.timeout,
+        registered_alive=(
+            existing.registered_alive if existing is not None else tx.get("elapsed_alive")
+        ),
+        subclass_mode=tx.spec(step).subclass_mode,
+    )
+    item_id = invocation.item.work_item_id
+    by_item = current.waiters_by_item.get(item_id, frozenset()) | {request.waiter_id}
+    tx.put_step(
+        step,
+        replace(
+            current,
+            waiters=current.waiters.set(request.waiter_id, waiter),
+            waiters_by_item=current.waiters_by_item.set(item_id, by_item),
+        ),
+    )
+    if existing is not None:
+        _unindex_waiter(tx, step, existing)
+    _index_waiter(tx, step, waiter)
+    if existing is None:
+        if request.waiter_event is not None:
+            tx.emit(PublishEvent(request.waiter_event))
+        if request.timeout is not None:
+            tx.emit(ScheduleWaiterTimeout(tx.now + request.timeout, step, request.waiter_id))
+
+
+def _delete_waiters(tx: _Tx, step: str, item_id: str, only: tuple[str, ...] | None) -> None:
+    """Forget the waiters of a work item (all of them, or the ``only`` ids)."""
+    current = tx.step(step)
+    ids = current.waiters_by_item.get(item_id)
+    if not ids:
+        return
+    doomed = ids if only is None else ids & frozenset(only)
+    if not doomed:
+        return
+    waiters = current.waiters
+    for waiter_id in doomed:
+        waiter = waiters.get(waiter_id)
+        if waiter is not None:
+            if waiter.resolved_event is None and not waiter.timed_out:
+                _unindex_waiter(tx, step, waiter)
+            waiters = waiters.delete(waiter_id)
+    left = ids - doomed
+    by_item = (
+        current.waiters_by_item.set(item_id, left)
+        if left
+        else current.waiters_by_item.delete(item_id)
+    )
+    tx.put_step(step, replace(tx.step(step), waiters=waiters, waiters_by_item=by_item))
+
+
+def _process_waiter_timeout(tx: _Tx, tick: WaiterTimeout) -> None:
+    """A waiter's budget may be spent: re-arm for what remains, or time it out."""
+    if not tx.live:
+        return
+    current = tx.step(tick.step)
+    waiter = current.waiters.get(tick.waiter_id)
+    if waiter is None or waiter.resolved_event is not None or waiter.timed_out:
+        return
+    assert waiter.timeout is not None
+    remaining = waiter.timeout - (tx.get("elapsed_alive") - waiter.registered_alive)
+    if remaining > 1e-9:
+        tx.emit(ScheduleWaiterTimeout(tx.now + remaining, tick.step, tick.waiter_id))
+        return
+    timed_out = replace(waiter, timed_out=True)
+    tx.put_step(tick.step, replace(current, waiters=current.waiters.set(waiter.waiter_id, timed_out)))
+    _unindex_waiter(tx, tick.step, waiter)
+    _dispatch_or_queue(tx, tick.step, waiter.item)
+
+
+# -------------------------------------------------------------------------- step result
+
+
+def _process_step_result(tx: _Tx, tick: StepResult) -> None:
+    """An invocation finished.  Phases: find, stale check, outcome, finalize."""
+    invocation = _find_invocation(tx, tick)
+    if invocation is None:
+        return
+    outcome = tick.outcome
+    if not isinstance(outcome, Failed) and outcome.collect_ops:
+        committed = commit_collect_ops(
+            tx.step(tick.step).collect_buffers, invocation.collect_view, outcome.collect_ops
+        )
+        if committed is None:
+            _rerun_stale_invocation(tx, invocation)
+            return
+        tx.put_step(tick.step, replace(tx.step(tick.step), collect_buffers=committed))
+    if isinstance(outcome, Suspended):
+        _finish_invocation(tx, invocation, publish=True, output=None)
+        _register_waiter(tx, invocation, outcome)
+    elif isinstance(outcome, Failed):
+        _apply_failure(tx, invocation, outcome)
+    else:
+        _apply_completion(tx, invocation, outcome)
+    if tx.live:
+        _drain_queue(tx, tick.step)
+
+
+def _find_invocation(tx: _Tx, tick: StepResult) -> Invocation | None:
+    """The in-flight invocation of ``tick``; ``None`` for a discarded (cancelled) one."""
+    if not tx.live:
+        return None
+    invocation: Invocation | None = tx.step(tick.step).in_progress.get(tick.invocation_id)
+    return invocation
+
+
+def _release_slot(tx: _Tx, invocation: Invocation) -> None:
+    current = tx.step(invocation.step)
+    tx.put_step(
+        invocation.step,
+        replace(
+            current,
+            in_progress=current.in_progress.delete(invocation.invocation_id),
+            busy_slots=current.busy_slots - {invocation.worker_id},
+        ),
+    )
+    tx.add("running", -1)
+
+
+def _finish_invocation(
+    tx: _Tx, invocation: Invocation, *, publish: bool, output: type | None, has_output: bool = False
+) -> None:
+    """Free the invocation's slot and publish its NOT_RUNNING."""
+    _release_slot(tx, invocation)
+    if publish:
+        tx.emit(
+            PublishStepState(
+                invocation.step,
+                "not_running",
+                str(invocation.worker_id),
+                type(invocation.item.event),
+                output,
+                has_output,
+            )
+        )
+
+
+def _rerun_stale_invocation(tx: _Tx, invocation: Invocation) -> None:
+    """The collect view went stale: run the same work item again, silently."""
+    _release_slot(tx, invocation)
+    _start_invocation(tx, invocation.step, invocation.item, invocation.worker_id)
+
+
+def _apply_completion(tx: _Tx, invocation: Invocation, outcome: Completed) -> None:
+    """Publish NOT_RUNNING, then emit what the body returned."""
+    value = outcome.value
+    output_type = type(value[-1]) if isinstance(value, list) and value else type(value)
+    if isinstance(value, list) and not value:
+        output_type = type(None)
+    if isinstance(value, StopEvent):
+        _finish_invocation(tx, invocation, publish=True, output=output_type, has_output=True)
+        _complete_run(tx, value)
+        return
+    _finish_invocation(tx, invocation, publish=True, output=output_type, has_output=True)
+    _delete_waiters(tx, invocation.step, invocation.item.work_item_id, None)
+    if outcome.deleted_waiters:
+        _delete_waiters(tx, invocation.step, invocation.item.work_item_id, outcome.deleted_waiters)
+    events = value if isinstance(value, list) else ([] if value is None else [value])
+    for event in events:
+        if isinstance(event, StopEvent):
+            _complete_run(tx, event)
+            return
+    for event in events:
+        if isinstance(event, InputRequiredEvent):
+            tx.emit(PublishEvent(event))
+        _deliver_event(tx, event, None, invocation.item.recovery_counts, invocation.item.scope_path)
+        if not tx.live:
+            return
+
+
+def _apply_failure(tx: _Tx, invocation: Invocation, outcome: Failed) -> None:
+    """Retry the work item at the front of the queue, or fail the run."""
+    _finish_invocation(tx, invocation, publish=True, output=None)
+    if outcome.deleted_waiters:
+        _delete_waiters(tx, invocation.step, invocation.item.work_item_id, outcome.deleted_waiters)
+    item = invocation.item
+    if outcome.retry_delay is not None:
+        _queue_retry(tx, invocation, outcome)
+        return
+    first = item.first_attempt_at if item.first_attempt_at is not None else invocation.dispatched_at
+    _fail_run(
+        tx,
+        invocation.step,
+        outcome.exception,
+        attempts=item.attempts + 1,
+        elapsed=max(0.0, outcome.failed_at - first),
+    )
+
+
+def _queue_retry(tx: _Tx, invocation: Invocation, outcome: Failed) -> None:
+    delay = outcome.retry_delay or 0.0
+    item = replace(
+        invocation.item,
+        attempts=invocation.item.attempts + 1,
+        last_exception=outcome.exception,
+        last_failed_at=outcome.failed_at,
+        not_before=(outcome.failed_at + delay) if delay > 0 else None,
+    )
+    current = tx.step(invocation.step)
+    tx.put_step(invocation.step, replace(current, queue=current.queue.appendleft(item)))
+    tx.add("queued", 1)
+    if delay > 0:
+        tx.emit(ScheduleWakeup(outcome.failed_at + delay, invocation.step))
+
+
+# ---------------------------------------------------------------------- terminal phases
+
+
+def _cancel_all_workers(tx: _Tx, keep_records: bool) -> list[str]:
+    """Cancel every running invocation; returns the sorted names of active steps."""
+    active: set[str] = set()
+    for step in tx.base.steps:
+        current = tx.step(step)
+        for inv_id in current.in_progress:
+            tx.emit(CancelWorker(inv_id))
+            active.add(step)
+        if not keep_records:
+            tx.put_step(step, _FRESH_STEP)
+    if not keep_records:
+        tx.set("queued", 0)
+        tx.set("running", 0)
+        tx.set("waiter_index", {})
+    return sorted(active)
+
+
+def _end_run(tx: _Tx, status: str) -> list[str]:
+    active = _cancel_all_workers(tx, keep_records=False)
+    tx.set("status", status)
+    tx.set("is_running", False)
+    return active
+
+
+def _complete_run(tx: _Tx, stop_event: Any) -> None:
+    _end_run(tx, "completed")
+    tx.emit(CompleteRun(stop_event))
+
+
+def _fail_run(
+    tx: _Tx,
+    step: str,
+    exception: BaseException,
+    attempts: int | None,
+    elapsed: float | None,
+) -> None:
+    _end_run(tx, "failed")
+    tx.emit(FailWorkflow(step, exception, attempts, elapsed))
+
+
+def _process_timeout(tx: _Tx, tick: Timeout) -> None:
+    """The run timer fired: re-arm if budget is left (after a resume), else time out."""
+    timeout = tx.base.config.timeout
+    if not tx.live or timeout is None:
+        return
+    remaining = timeout - tx.get("elapsed_alive")
+    if remaining > 1e-6:
+        tx.emit(ScheduleTimeout(tx.now + remaining))
+        return
+    active = sorted(s for s in tx.base.steps if tx.step(s).in_progress)
+    _end_run(tx, "timed_out")
+    where = f"active steps: {', '.join(active)}" if active else "no step was active"
+    tx.emit(
+        Halt(
+            "timeout",
+            WorkflowTimeoutError(f"Operation timed out after {timeout} seconds ({where})"),
+            WorkflowTimedOutEvent(timeout=timeout, active_steps=active),
+        )
+    )
+
+
+def _process_cancel(tx: _Tx, tick: CancelRun) -> None:
+    """Graceful cancel: stop workers but keep everything recorded (resumable)."""
+    if not tx.live:
+        return
+    _cancel_all_workers(tx, keep_records=True)
+    tx.set("status", "cancelled")
+    tx.emit(
+        Halt(
+            "cancel",
+            WorkflowCancelledByUser("Run was cancelled by the user"),
+            WorkflowCancelledEvent(),
+        )
+    )
+
+
+# ----------------------------------------------------------------------- short ticks
+
+
+def _process_publish(tx: _Tx, tick: PublishTick) -> None:
+    """A stream write: publish it while the run is live."""
+    if tx.live and tick.event is not None:
+        tx.emit(PublishEvent(tick.event))
+
+
+def _process_wakeup(tx: _Tx, tick: Wakeup) -> None:
+    """A delayed retry is due: try to dispatch it."""
+    if tx.live:
+        _drain_queue(tx, tick.step)
+
+
+def _process_idle_check(tx: _Tx, tick: IdleCheck) -> None:
+    """Publish ``WorkflowIdleEvent`` if the run is still quiescent."""
+    tx.set("idle_check_pending", False)
+    if tx.live and tx.get("queued") == 0 and tx.get("running") == 0:
+        tx.emit(PublishEvent(WorkflowIdleEvent()))
+
+
+_PROCESSORS: dict[type, Callable[[_Tx, Any], None]] = {
+    SessionStart: _process_session_start,
+    AddEvent: _process_add_event,
+    StepResult: _process_step_result,
+    PublishTick: _process_publish,
+    CancelRun: _process_cancel,
+    Timeout: _process_timeout,
+    Wakeup: _process_wakeup,
+    WaiterTimeout: _process_waiter_timeout,
+    IdleCheck: _process_idle_check,
+}

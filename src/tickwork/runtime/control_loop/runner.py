@@ -1,0 +1,334 @@
+"""The async side of the control loop: the only place that awaits, spawns and reads clocks.
+
+One :class:`_Loop` drives one run.  It stamps ticks, folds them through the pure reducer,
+and executes the commands the reducer returns: starting worker tasks, publishing to the
+stream, scheduling timers in a heap, and ending the run.  Everything run-specific (how a
+step body is called, where published events go, journaling) is reached through a
+:class:`LoopAdapter`, set by tickwork's runtime for the run's task.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import heapq
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import anyio
+import anyio.lowlevel
+from anyio.abc import TaskGroup
+
+from tickwork.errors import WorkflowRuntimeError
+from tickwork.events import WorkflowFailedEvent
+from tickwork.runtime.control_loop.reduce import reduce
+from tickwork.runtime.types.commands import (
+    CancelWorker,
+    Command,
+    CompleteRun,
+    FailWorkflow,
+    Halt,
+    PublishEvent,
+    PublishStepState,
+    RunWorker,
+    ScheduleIdleCheck,
+    ScheduleTimeout,
+    ScheduleWaiterTimeout,
+    ScheduleWakeup,
+)
+from tickwork.runtime.types.results import StepOutcome
+from tickwork.runtime.types.state import Invocation, RunState
+from tickwork.runtime.types.ticks import (
+    AddEvent,
+    IdleCheck,
+    SessionStart,
+    StepResult,
+    Tick,
+    Timeout,
+    WaiterTimeout,
+    Wakeup,
+)
+from tickwork.runtime.types.ticks import PublishEvent as PublishTick
+
+__all__ = ["LoopAdapter", "RunExit", "control_loop", "current_adapter", "using_adapter"]
+
+PostTick = Callable[[Tick], None]
+
+
+class RunExit:
+    """How a run ended: ``kind`` is ``complete``, ``fail``, ``cancel`` or ``timeout``."""
+
+    __slots__ = ("exception", "kind", "step_name", "stop_event")
+
+    def __init__(
+        self,
+        kind: str,
+        stop_event: Any = None,
+        exception: BaseException | None = None,
+        step_name: str | None = None,
+    ) -> None:
+        self.kind = kind
+        self.stop_event = stop_event
+        self.exception = exception
+        self.step_name = step_name
+
+
+class LoopAdapter(Protocol):
+    """What the loop needs from the runtime hosting a run."""
+
+    spawn_context: contextvars.Context
+
+    def bind(self, post: PostTick) -> None:
+        """Receive the function that feeds external ticks (sends, cancel) into the run."""
+
+    async def run_step(self, invocation: Invocation, post: PostTick) -> StepOutcome:
+        """Execute one invocation and return its outcome (never raises but cancellation)."""
+        ...
+
+    def publish(self, item: Any) -> None:
+        """Append an event (or a ``PublishStepState`` record) to the run's stream."""
+
+    def processed(self, tick: Tick, state: RunState) -> None:
+        """Called after each reduced tick with the new state (snapshots, journal)."""
+
+    def finish(self, run_exit: RunExit) -> None:
+        """Deliver the run's outcome to whoever awaits it."""
+
+
+_ADAPTER: contextvars.ContextVar[LoopAdapter | None] = contextvars.ContextVar(
+    "tickwork_loop_adapter", default=None
+)
+
+
+def current_adapter() -> LoopAdapter | None:
+    """The adapter of the run whose task is current, if any."""
+    return _ADAPTER.get()
+
+
+class using_adapter:  # noqa: N801 - used like a function
+    """Context manager that makes ``adapter`` the one ``control_loop`` will use."""
+
+    def __init__(self, adapter: LoopAdapter) -> None:
+        self._adapter = adapter
+        self._token: contextvars.Token[LoopAdapter | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _ADAPTER.set(self._adapter)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _ADAPTER.reset(self._token)
+
+
+def _is_step_tick(tick: Tick) -> bool:
+    if isinstance(tick, StepResult):
+        return True
+    if isinstance(tick, AddEvent):
+        return tick.emission_key is not None
+    return isinstance(tick, PublishTick) and tick.invocation_id is not None
+
+
+class _Loop:
+    """The drain/wait loop of one run."""
+
+    def __init__(self, adapter: LoopAdapter, state: RunState, run_id: str) -> None:
+        self.adapter = adapter
+        self.state = state
+        self.run_id = run_id
+        self.pending: deque[Tick] = deque()
+        self.heap: list[tuple[float, int, Callable[[float], Tick]]] = []
+        self.heap_seq = 0
+        self.workers: dict[str, anyio.CancelScope] = {}
+        self.exit: RunExit | None = None
+        self.idle_requested = False
+        self.send, self.recv = anyio.create_memory_object_stream[Tick](math.inf)
+        self.task_group: TaskGroup | None = None
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            RunWorker: self._run_worker,
+            CancelWorker: self._cancel_worker,
+            PublishEvent: self._publish,
+            PublishStepState: self.adapter.publish,
+            CompleteRun: self._complete,
+            FailWorkflow: self._fail,
+            Halt: self._halt,
+            ScheduleWakeup: self._schedule_wakeup,
+            ScheduleTimeout: self._schedule_timeout,
+            ScheduleWaiterTimeout: self._schedule_waiter_timeout,
+            ScheduleIdleCheck: self._schedule_idle_check,
+        }
+
+    # -- feeding ticks -------------------------------------------------------------
+
+    def post(self, tick: Tick) -> None:
+        """Add a tick from a worker or the caller (same thread as the loop)."""
+        if self.exit is None:
+            self.send.send_nowait(tick)
+
+    async def run(self, start_event: Any) -> RunExit:
+        self.adapter.bind(self.post)
+        now = time.time()
+        self.pending.append(SessionStart(now, self.run_id))
+        if start_event is not None:
+            self.pending.append(AddEvent(now, start_event))
+        try:
+            async with anyio.create_task_group() as task_group:
+                self.task_group = task_group
+                try:
+                    await self._drive()
+                finally:
+                    task_group.cancel_scope.cancel()
+        finally:
+            self.send.close()
+            self.recv.close()
+        assert self.exit is not None
+        return self.exit
+
+    async def _drive(self) -> None:
+        while True:
+            self._drain()
+            if self.exit is not None:
+                return
+            await self._wait_for_input()
+
+    def _drain(self) -> None:
+        adapter = self.adapter
+        while self.pending and self.exit is None:
+            tick = self.pending.popleft()
+            self.state, commands = reduce(self.state, tick)
+            adapter.processed(tick, self.state)
+            handlers = self._handlers
+            for command in commands:
+                handlers[type(command)](command)
+        if self.exit is not None:
+            self.adapter.finish(self.exit)
+
+    async def _wait_for_input(self) -> None:
+        """Wait for the first of: a posted tick, the next due timer, an idle check."""
+        if self.idle_requested:
+            await anyio.lowlevel.checkpoint()
+            if self._take_available():
+                return
+            self.idle_requested = False
+            self.pending.append(IdleCheck(time.time()))
+            return
+        if self._take_due_timers() or self._take_available():
+            return
+        if self.heap:
+            delay = max(0.0, self.heap[0][0] - time.time())
+            with anyio.move_on_after(delay):
+                self._accept(await self.recv.receive())
+            self._take_due_timers()
+        else:
+            self._accept(await self.recv.receive())
+        self._take_available()
+
+    def _accept(self, tick: Tick) -> None:
+        self.pending.append(tick)
+
+    def _take_available(self) -> bool:
+        """Move every tick already posted into ``pending``, step ticks first."""
+        batch: list[Tick] = []
+        while True:
+            try:
+                batch.append(self.recv.receive_nowait())
+            except anyio.WouldBlock:
+                break
+        if not batch:
+            return bool(self.pending)
+        if len(batch) > 1:
+            batch.sort(key=lambda tick: 0 if _is_step_tick(tick) else 1)
+        self.pending.extend(batch)
+        return True
+
+    def _take_due_timers(self) -> bool:
+        now = time.time()
+        took = False
+        while self.heap and self.heap[0][0] <= now:
+            _, _, make = heapq.heappop(self.heap)
+            self.pending.append(make(now))
+            took = True
+        return took
+
+    # -- commands ------------------------------------------------------------------
+
+    def _run_worker(self, command: RunWorker) -> None:
+        invocation = command.invocation
+        scope = anyio.CancelScope()
+        self.workers[invocation.invocation_id] = scope
+        assert self.task_group is not None
+        self.adapter.spawn_context.run(
+            self.task_group.start_soon, self._worker, invocation, scope
+        )
+
+    async def _worker(self, invocation: Invocation, scope: anyio.CancelScope) -> None:
+        with scope:
+            outcome = await self.adapter.run_step(invocation, self.post)
+            self.post(StepResult(time.time(), invocation.step, invocation.invocation_id, outcome))
+        self.workers.pop(invocation.invocation_id, None)
+
+    def _cancel_worker(self, command: CancelWorker) -> None:
+        scope = self.workers.pop(command.invocation_id, None)
+        if scope is not None:
+            scope.cancel()
+
+    def _publish(self, command: PublishEvent) -> None:
+        self.adapter.publish(command.event)
+
+    def _complete(self, command: CompleteRun) -> None:
+        self.adapter.publish(command.stop_event)
+        self.exit = RunExit("complete", stop_event=command.stop_event)
+
+    def _fail(self, command: FailWorkflow) -> None:
+        self.adapter.publish(
+            WorkflowFailedEvent(
+                step_name=command.step_name,
+                exception=command.exception,
+                attempts=command.attempts,
+                elapsed_seconds=command.elapsed_seconds,
+            )
+        )
+        self.exit = RunExit("fail", exception=command.exception, step_name=command.step_name)
+
+    def _halt(self, command: Halt) -> None:
+        self.adapter.publish(command.terminal_event)
+        self.exit = RunExit(command.reason, exception=command.exception)
+
+    def _push_timer(self, due_at: float, make: Callable[[float], Tick]) -> None:
+        self.heap_seq += 1
+        heapq.heappush(self.heap, (due_at, self.heap_seq, make))
+
+    def _schedule_wakeup(self, command: ScheduleWakeup) -> None:
+        step = command.step
+        self._push_timer(command.due_at, lambda now: Wakeup(now, step))
+
+    def _schedule_timeout(self, command: ScheduleTimeout) -> None:
+        self._push_timer(command.due_at, Timeout)
+
+    def _schedule_waiter_timeout(self, command: ScheduleWaiterTimeout) -> None:
+        step, waiter_id = command.step, command.waiter_id
+        self._push_timer(command.due_at, lambda now: WaiterTimeout(now, step, waiter_id))
+
+    def _schedule_idle_check(self, command: ScheduleIdleCheck) -> None:
+        self.idle_requested = True
+
+
+async def control_loop(start_event: Any, init_state: RunState, run_id: str) -> Any:
+    """Drive one run to its end and return its terminal ``StopEvent``.
+
+    tickwork's runtime calls this inside the run's task after setting the run's adapter;
+    called anywhere else it raises ``WorkflowRuntimeError``.  A failed, timed-out or
+    cancelled run raises the run's exception.
+    """
+    adapter = _ADAPTER.get()
+    if adapter is None:
+        raise WorkflowRuntimeError(
+            "control_loop() drives a run hosted by tickwork's runtime and cannot be called "
+            "directly; start runs with Workflow.run()"
+        )
+    run_exit = await _Loop(adapter, init_state, run_id).run(start_event)
+    if run_exit.kind == "complete":
+        return run_exit.stop_event
+    assert run_exit.exception is not None
+    raise run_exit.exception

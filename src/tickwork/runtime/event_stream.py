@@ -1,0 +1,107 @@
+"""The run's published-event buffer and its single-consumer cursor.
+
+Published events are buffered until consumed, so a consumer that attaches late (even
+after the run has ended) still sees everything.  Each event goes to exactly one reader;
+concurrent readers share one cursor.  ``StepStateChanged`` records are kept as light
+command records and turned into pydantic events only when read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+
+from tickwork.events import InternalDispatchEvent, StepState, StepStateChanged, StopEvent
+from tickwork.runtime.types.commands import PublishStepState
+
+__all__ = ["EventStream", "materialize"]
+
+_STATES = {
+    "preparing": StepState.PREPARING,
+    "running": StepState.RUNNING,
+    "not_running": StepState.NOT_RUNNING,
+}
+
+
+def materialize(item: Any) -> Any:
+    """Turn a buffered item into the event a reader sees."""
+    if not isinstance(item, PublishStepState):
+        return item
+    state = _STATES[item.state]
+    if item.state == "not_running":
+        input_name = str(item.input_type)
+        output = str(item.output_type) if item.has_output else None
+    else:
+        input_name = item.input_type.__name__
+        output = None
+    return StepStateChanged.model_construct(
+        name=item.step,
+        step_state=state,
+        worker_id=item.worker_id,
+        input_event_name=input_name,
+        output_event_name=output,
+    )
+
+
+def _is_internal(item: Any) -> bool:
+    return isinstance(item, (PublishStepState, InternalDispatchEvent))
+
+
+class EventStream:
+    """An append-only buffer with one shared read cursor."""
+
+    def __init__(self) -> None:
+        self._items: list[Any] = []
+        self._cursor = 0
+        self._closed = False
+        self._changed = anyio.Event()
+        self.consumed = False
+        self.terminal_event: StopEvent | None = None
+
+    def push(self, item: Any) -> None:
+        """Append a published item and wake readers."""
+        self._items.append(item)
+        if isinstance(item, StopEvent):
+            self.terminal_event = item
+        self._wake()
+
+    def close(self) -> None:
+        """No more items will come (the terminal event was pushed, or the run aborted)."""
+        self._closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    @property
+    def drained(self) -> bool:
+        """Closed and every item was handed out."""
+        return self._closed and self._cursor >= len(self._items)
+
+    async def next_item(self) -> tuple[bool, Any]:
+        """The next unread item, waiting for one; ``(False, None)`` at the end."""
+        while self._cursor >= len(self._items):
+            if self._closed:
+                return False, None
+            await self._changed.wait()
+        item = self._items[self._cursor]
+        self._items[self._cursor] = None
+        self._cursor += 1
+        return True, item
+
+    async def iterate(self, expose_internal: bool) -> AsyncIterator[Any]:
+        """Yield events until (and including) the first ``StopEvent``."""
+        while True:
+            ok, item = await self.next_item()
+            if not ok:
+                return
+            if not expose_internal and _is_internal(item):
+                continue
+            event = materialize(item)
+            yield event
+            if isinstance(event, StopEvent):
+                self.consumed = True
+                return

@@ -1,0 +1,260 @@
+"""One run hosted in this process: the loop's adapter and the handler's backend.
+
+A :class:`RunSession` is created by ``Workflow.run()``.  It owns the run's published
+event stream, its outcome, the latest reduced state (so snapshots and
+``running_steps()`` are O(state), never a replay), and the task that drives
+``control_loop``.  The task is spawned on the caller's event loop (asyncio task or trio
+system task) with the caller's contextvars, because ``run()`` returns before any nursery
+would exist.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import sys
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+
+from tickwork.events import StopEvent
+from tickwork.runtime.control_loop.runner import RunExit, control_loop, using_adapter
+from tickwork.runtime.event_stream import EventStream
+from tickwork.runtime.step_worker import execute_invocation
+from tickwork.runtime.types.results import StepOutcome
+from tickwork.runtime.types.state import Invocation, RunConfig, RunState, StepSpec
+from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
+
+__all__ = ["RunSession", "current_step_context", "detect_backend"]
+
+_log = logging.getLogger("tickwork.runtime")
+
+_CURRENT_STEP_CONTEXT: contextvars.ContextVar[weakref.ref[Any] | None] = contextvars.ContextVar(
+    "tickwork_step_context", default=None
+)
+
+
+def current_step_context() -> Any:
+    """The step-face Context of the invocation running in this task/thread, or ``None``."""
+    ref = _CURRENT_STEP_CONTEXT.get()
+    return ref() if ref is not None else None
+
+
+def detect_backend() -> str:
+    """``"asyncio"`` or ``"trio"``: the event loop running in this thread.
+
+    Raises ``RuntimeError`` when no event loop is running.
+    """
+    if "asyncio" in sys.modules:
+        import asyncio
+
+        try:
+            asyncio.get_running_loop()
+            return "asyncio"
+        except RuntimeError:
+            pass
+    if "trio" in sys.modules:
+        import trio
+
+        try:
+            trio.lowlevel.current_trio_token()
+            return "trio"
+        except RuntimeError:
+            pass
+    raise RuntimeError(
+        "Workflow.run() needs a running event loop (asyncio or trio) in this thread; "
+        "call it from async code, e.g. inside asyncio.run(main()) or trio.run(main)"
+    )
+
+
+class RunSession:
+    """The in-process host of one run."""
+
+    def __init__(
+        self,
+        *,
+        workflow: Any,
+        config: RunConfig,
+        step_functions: Mapping[str, Callable[..., Any]],
+        init_state: RunState,
+        run_id: str,
+        store: Any,
+        make_step_context: Callable[[Any], Any],
+        start_event: Any,
+        run_slots: Any = None,
+        keep_journal: bool = False,
+    ) -> None:
+        self.workflow = workflow
+        self.config = config
+        self.step_functions = step_functions
+        self.state = init_state
+        self.run_id = run_id
+        self.store = store
+        self.make_step_context = make_step_context
+        self.start_event = start_event
+        self.stream = EventStream()
+        self.done = anyio.Event()
+        self.exit: RunExit | None = None
+        self.hard_aborted = False
+        self.journal: list[tuple[Tick, int]] | None = [] if keep_journal else None
+        self._run_slots = run_slots
+        self._post: Callable[[Tick], None] | None = None
+        self._early_ticks: list[Tick] = []
+        self._cancel_scope: anyio.CancelScope | None = None
+        self._limiters: dict[str, anyio.CapacityLimiter] = {}
+        self._run_cache: dict[Any, Any] = {}
+        self.spawn_context = contextvars.copy_context()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @property
+    def live(self) -> bool:
+        """Whether the run has not ended yet."""
+        return not self.done.is_set()
+
+    def start(self) -> None:
+        """Spawn the run's task on the current event loop."""
+        backend = detect_backend()
+        if backend == "asyncio":
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+            self.spawn_context.run(loop.create_task, self._host())
+        else:
+            import trio
+
+            trio.lowlevel.spawn_system_task(self._host, context=self.spawn_context.copy())
+
+    async def _host(self) -> None:
+        try:
+            with anyio.CancelScope() as scope:
+                self._cancel_scope = scope
+                if self.hard_aborted:
+                    scope.cancel()
+                if self._run_slots is not None:
+                    async with self._run_slots:
+                        await self._drive()
+                else:
+                    await self._drive()
+        except BaseException as error:  # the task must never leak into the event loop
+            if self.exit is None and not isinstance(error, anyio.get_cancelled_exc_class()):
+                _log.error("run %s crashed", self.run_id, exc_info=error)
+                self.finish(RunExit("fail", exception=error, step_name="<runtime>"))
+        finally:
+            if self.exit is None:
+                self.hard_aborted = True
+            self.stream.close()
+            self.done.set()
+
+    async def _drive(self) -> None:
+        with using_adapter(self):
+            try:
+                await control_loop(self.start_event, self.state, self.run_id)
+            except Exception:
+                if self.exit is None:
+                    raise
+
+    def abort(self) -> None:
+        """Hard abort: cancel everything now, publish nothing more."""
+        if self.done.is_set():
+            return
+        self.hard_aborted = True
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
+
+    # -- LoopAdapter ---------------------------------------------------------------
+
+    def bind(self, post: Callable[[Tick], None]) -> None:
+        """Receive the loop's tick feed; flush ticks sent before the run started."""
+        self._post = post
+        for tick in self._early_ticks:
+            post(tick)
+        self._early_ticks.clear()
+
+    async def run_step(
+        self, invocation: Invocation, post: Callable[[Tick], None]
+    ) -> StepOutcome:
+        """Execute one invocation (see :mod:`tickwork.runtime.step_worker`)."""
+        return await execute_invocation(self, invocation, post)
+
+    def publish(self, item: Any) -> None:
+        """Append to the run's stream."""
+        self.stream.push(item)
+
+    def processed(self, tick: Tick, state: RunState) -> None:
+        """Remember the latest state; keep the journal when asked to."""
+        self.state = state
+        if self.journal is not None:
+            self.journal.append((tick, state.journal_seq - 1))
+
+    def finish(self, run_exit: RunExit) -> None:
+        """Deliver the outcome now, before cancelled workers finish unwinding."""
+        if self.exit is not None:
+            return
+        self.exit = run_exit
+        self.stream.close()
+        self.done.set()
+
+    # -- handler-side operations ---------------------------------------------------
+
+    def post_external(self, tick: Tick) -> None:
+        """Feed a tick from the caller's side (handler sends, cancel requests)."""
+        if self._post is None:
+            self._early_ticks.append(tick)
+        else:
+            self._post(tick)
+
+    def send_from_handler(self, event: Any, step: str | None) -> None:
+        """An unkeyed send from handler code; ignored with a warning after the run."""
+        if not self.live:
+            _log.warning(
+                "send_event(%s) after run %s ended was ignored", type(event).__name__, self.run_id
+            )
+            return
+        self.post_external(AddEvent(time.time(), event, step))
+
+    def request_cancel(self) -> None:
+        """Ask for a graceful cancel."""
+        if self.live:
+            self.post_external(CancelRun(time.time()))
+
+    def running_steps(self) -> list[str]:
+        """Sorted names of the steps with a running invocation (O(number of steps))."""
+        return sorted(name for name, st in self.state.steps.items() if st.in_progress)
+
+    def stop_event(self) -> StopEvent | None:
+        """The terminal event that was published, if the run ended with one."""
+        if self.exit is None or self.hard_aborted:
+            return None
+        return self.stream.terminal_event
+
+    # -- step support ---------------------------------------------------------------
+
+    def thread_limiter(self, spec: StepSpec) -> anyio.CapacityLimiter:
+        """At most ``num_workers`` threads per sync step per run."""
+        limiter = self._limiters.get(spec.name)
+        if limiter is None:
+            limiter = anyio.CapacityLimiter(spec.num_workers)
+            self._limiters[spec.name] = limiter
+        return limiter
+
+    async def resolve_resources(self, resources: list[Any]) -> dict[str, Any]:
+        """Resolve a step's resources for one invocation (per-run cache included)."""
+        manager = self.workflow._resource_manager
+        values: dict[str, Any] = await manager.resolve_invocation(
+            resources, run_cache=self._run_cache
+        )
+        return values
+
+    @contextmanager
+    def entering_step(self, ctx: Any) -> Iterator[None]:
+        """Make ``ctx`` what ``Context.get_step_context()`` returns (weakly)."""
+        token = _CURRENT_STEP_CONTEXT.set(weakref.ref(ctx))
+        try:
+            yield
+        finally:
+            _CURRENT_STEP_CONTEXT.reset(token)

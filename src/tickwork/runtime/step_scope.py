@@ -1,0 +1,222 @@
+"""What one step invocation can do to its run: the backend of the step-face ``Context``.
+
+A :class:`StepScope` numbers the invocation's sends (their emission keys make them
+exactly-once across resumes), records ``collect_events`` decisions and waiter
+deletions for the step result, and answers ``wait_for_event`` from the waiters the
+invocation was dispatched with.  Calls from a sync step's worker thread are handed to
+the event loop and return once the run has accepted them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import anyio.from_thread
+
+from tickwork.errors import WorkflowRuntimeError
+from tickwork.events import StopEvent
+from tickwork.retry_policy import RetryInfo
+from tickwork.runtime.control_loop.streams import EMPTY_BUFFER, decide_collect
+from tickwork.runtime.types.results import CollectOp, WaiterRequest
+from tickwork.runtime.types.state import CollectBuffer, Invocation, StepSpec
+from tickwork.runtime.types.ticks import AddEvent, PublishEvent, Tick
+
+if TYPE_CHECKING:
+    from tickwork.runtime.session import RunSession
+
+__all__ = ["StepScope", "Suspend", "check_send_target", "implicit_waiter_id"]
+
+_log = logging.getLogger("tickwork.runtime")
+
+
+class Suspend(BaseException):
+    """Unwinds a step body that must wait for an event (never seen by user code)."""
+
+    def __init__(self, request: WaiterRequest) -> None:
+        super().__init__(request.waiter_id)
+        self.request = request
+
+
+def _canonical(requirements: Mapping[str, Any] | None) -> str:
+    if not requirements:
+        return ""
+    return json.dumps(dict(sorted(requirements.items())), sort_keys=True, default=repr)
+
+
+def implicit_waiter_id(
+    event_type: type, requirements: Mapping[str, Any] | None, work_item_id: str
+) -> str:
+    """A waiter id stable across re-runs and resumes, distinct per work item."""
+    raw = f"{event_type.__module__}.{event_type.__qualname__}|{_canonical(requirements)}"
+    digest = hashlib.sha256(f"{raw}|{work_item_id}".encode()).hexdigest()[:16]
+    return f"waiter-{digest}"
+
+
+def check_send_target(specs: Mapping[str, StepSpec], event: Any, step: str | None) -> None:
+    """Reject what a send can never deliver, at the call (both faces)."""
+    if isinstance(event, StopEvent):
+        raise WorkflowRuntimeError(
+            f"cannot send {type(event).__name__} with send_event(): a stop event must be "
+            "returned from a step to end the run"
+        )
+    if step is None:
+        return
+    spec = specs.get(step)
+    if spec is None:
+        raise WorkflowRuntimeError(
+            f"send_event(step={step!r}): the workflow has no step named {step!r} "
+            f"(steps: {', '.join(sorted(specs))})"
+        )
+    if spec.kind == "collect":
+        raise WorkflowRuntimeError(
+            f"send_event(step={step!r}) with {type(event).__name__}: {step!r} is a list[E] "
+            "collect step, and collect steps only receive events emitted inside a fan-out "
+            "stream"
+        )
+    if not spec.accepts(type(event)):
+        raise WorkflowRuntimeError(
+            f"send_event(step={step!r}): step {step!r} does not accept "
+            f"{type(event).__name__}"
+        )
+
+
+class StepScope:
+    """The per-invocation state behind a step-face ``Context``."""
+
+    def __init__(
+        self,
+        session: RunSession,
+        invocation: Invocation,
+        post: Callable[[Tick], None],
+        loop_thread: int,
+    ) -> None:
+        self.session = session
+        self.invocation = invocation
+        self._post = post
+        self._loop_thread = loop_thread
+        self.sends = 0
+        self.returned = False
+        self.collect_ops: list[CollectOp] = []
+        self.deleted_waiters: list[str] = []
+        self._views: dict[str, CollectBuffer] = {}
+
+    # -- plumbing ----------------------------------------------------------------
+
+    def _hand_to_loop(self, tick: Tick) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._post(tick)
+            return
+        try:
+            anyio.from_thread.run_sync(self._post, tick)
+        except RuntimeError:
+            _log.warning(
+                "%s from step %r was dropped: the run is no longer reachable",
+                type(tick).__name__,
+                self.invocation.step,
+            )
+
+    def _late(self, what: str) -> bool:
+        """A call after the invocation returned is best-effort and never recorded."""
+        if not self.session.live:
+            _log.warning(
+                "%s from step %r after the run ended was ignored", what, self.invocation.step
+            )
+            return True
+        return False
+
+    # -- sends and stream writes -------------------------------------------------------
+
+    def send(self, event: Any, step: str | None) -> None:
+        """Add ``event`` to the run, keyed by this invocation and its send index."""
+        check_send_target(self.session.config.steps, event, step)
+        if self.returned:
+            if not self._late("send_event"):
+                self._hand_to_loop(AddEvent(time.time(), event, step))
+            return
+        key = (self.invocation.invocation_id, self.sends)
+        self.sends += 1
+        self._hand_to_loop(
+            AddEvent(
+                time.time(),
+                event,
+                step,
+                emission_key=key,
+                source_step=self.invocation.step,
+                recovery_counts=self.invocation.item.recovery_counts,
+            )
+        )
+
+    def write(self, event: Any) -> None:
+        """Publish ``event`` to the run's stream (``None`` is a no-op)."""
+        if event is None or (self.returned and self._late("write_event_to_stream")):
+            return
+        self._hand_to_loop(PublishEvent(time.time(), event, self.invocation.invocation_id))
+
+    # -- collect_events -------------------------------------------------------------
+
+    def collect(
+        self, event: Any, expected: Sequence[type], buffer_id: str | None
+    ) -> list[Any] | None:
+        """Decide one ``collect_events`` call against this invocation's view."""
+        if not expected:
+            return []
+        bid = buffer_id or "default"
+        view = self._views.get(bid)
+        if view is None:
+            view = self.invocation.collect_view.get(bid, EMPTY_BUFFER)
+        op, new_view, released = decide_collect(view, bid, event, list(expected))
+        self._views[bid] = new_view
+        self.collect_ops.append(op)
+        return released
+
+    # -- waiters -------------------------------------------------------------------
+
+    def wait_for(
+        self,
+        event_type: type,
+        waiter_event: Any,
+        waiter_id: str | None,
+        requirements: Mapping[str, Any] | None,
+        timeout: float | None,
+    ) -> Any:
+        """The resolved event, or raise: ``TimeoutError`` or :class:`Suspend`."""
+        item = self.invocation.item
+        wid = waiter_id or implicit_waiter_id(event_type, requirements, item.work_item_id)
+        waiter = self.invocation.waiters_view.get(wid)
+        if waiter is not None and waiter.resolved_event is not None:
+            return waiter.resolved_event
+        if waiter is not None and waiter.timed_out:
+            if wid not in self.deleted_waiters:
+                self.deleted_waiters.append(wid)
+            raise TimeoutError(
+                f"timed out after {timeout}s waiting for {event_type.__name__} "
+                f"in step {self.invocation.step!r}"
+            )
+        raise Suspend(WaiterRequest(wid, event_type, requirements, waiter_event, timeout))
+
+    # -- retry info ------------------------------------------------------------------
+
+    def retry_info(self) -> RetryInfo:
+        """This invocation's retry state (``retry_number`` 0 on the first attempt)."""
+        item = self.invocation.item
+        first = item.first_attempt_at or self.invocation.dispatched_at
+        failed_at = (
+            datetime.fromtimestamp(item.last_failed_at, tz=timezone.utc)
+            if item.last_failed_at is not None
+            else None
+        )
+        return RetryInfo(
+            retry_number=item.attempts,
+            elapsed_seconds=max(0.0, self.invocation.dispatched_at - first)
+            if item.attempts
+            else 0.0,
+            last_exception=item.last_exception,  # type: ignore[arg-type]
+            last_failed_at=failed_at,
+        )

@@ -1,0 +1,176 @@
+"""Executing one invocation: bind arguments, call the body, turn the outcome into data.
+
+Whatever the body does, :func:`execute_invocation` returns one
+:class:`~tickwork.runtime.types.results.StepOutcome`: a return value (checked against
+the step's contract), a waiter suspension, or a failure carrying the retry decision,
+taken here and now so that replay never asks the policy again.  Only cancellation
+propagates.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+
+from tickwork.errors import StepTimeoutError, WorkflowRuntimeError
+from tickwork.events import Event
+from tickwork.retry_policy import call_policy, retry_seed
+from tickwork.runtime.step_scope import StepScope, Suspend
+from tickwork.runtime.types.results import Completed, Failed, StepOutcome, Suspended
+from tickwork.runtime.types.state import Invocation, StepSpec
+from tickwork.runtime.types.ticks import Tick
+
+if TYPE_CHECKING:
+    from tickwork.runtime.session import RunSession
+
+__all__ = ["check_return_value", "execute_invocation"]
+
+
+def check_return_value(spec: StepSpec, value: Any) -> None:
+    """Raise ``WorkflowRuntimeError`` when ``value`` breaks the step's return contract."""
+    if value is None:
+        return
+    if isinstance(value, list):
+        if not spec.is_fan_out:
+            raise WorkflowRuntimeError(
+                f"step {spec.name!r} returned a list, but its return annotation is not a "
+                "fan-out (annotate it -> list[E] to fan out)"
+            )
+        for element in value:
+            if not isinstance(element, Event):
+                raise WorkflowRuntimeError(
+                    f"step {spec.name!r} returned a fan-out list containing "
+                    f"{type(element).__name__}, which is not an Event"
+                )
+        return
+    if not isinstance(value, Event):
+        raise WorkflowRuntimeError(
+            f"step {spec.name!r} returned {type(value).__name__}, which is not an Event "
+            "(return an Event instance or None)"
+        )
+    if type(value) in spec.list_only_types:
+        raise WorkflowRuntimeError(
+            f"step {spec.name!r} returned a bare {type(value).__name__}, a type its "
+            f"annotation declares only inside list[...]; return [{type(value).__name__}(...)] "
+            "or declare it as a bare union member"
+        )
+
+
+async def _call_body(
+    session: RunSession, spec: StepSpec, fn: Callable[..., Any], kwargs: dict[str, Any]
+) -> Any:
+    if inspect.iscoroutinefunction(fn):
+        return await fn(**kwargs)
+    limiter = session.thread_limiter(spec)
+    return await anyio.to_thread.run_sync(
+        functools.partial(fn, **kwargs), abandon_on_cancel=True, limiter=limiter
+    )
+
+
+async def _bind_arguments(
+    session: RunSession, invocation: Invocation, config: Any, ctx: Any
+) -> dict[str, Any]:
+    item = invocation.item
+    kwargs: dict[str, Any] = {}
+    if config.collection_param is not None:
+        kwargs[config.collection_param[0]] = list(getattr(item.event, "events", []))
+    elif item.bound_events is not None:
+        kwargs.update(item.bound_events)
+    else:
+        kwargs[config.event_name] = item.event
+    if config.context_parameter:
+        kwargs[config.context_parameter] = ctx
+    if config.resources:
+        kwargs.update(await session.resolve_resources(config.resources))
+    return kwargs
+
+
+async def _run_body(session: RunSession, invocation: Invocation, scope: StepScope) -> Any:
+    fn = session.step_functions[invocation.step]
+    config = fn._step_config  # type: ignore[attr-defined]
+    spec = session.config.steps[invocation.step]
+    ctx = session.make_step_context(scope)
+    with session.entering_step(ctx):
+        kwargs = await _bind_arguments(session, invocation, config, ctx)
+        value = await _call_body(session, spec, fn, kwargs)
+    check_return_value(spec, value)
+    return value
+
+
+async def _run_with_timeout(
+    session: RunSession, invocation: Invocation, scope: StepScope, timeout: float | None
+) -> Any:
+    if timeout is None:
+        return await _run_body(session, invocation, scope)
+    with anyio.move_on_after(timeout) as deadline:
+        return await _run_body(session, invocation, scope)
+    if deadline.cancelled_caught:
+        raise StepTimeoutError(
+            f"step {invocation.step!r} exceeded its timeout of {timeout} seconds",
+            step_name=invocation.step,
+            timeout=timeout,
+        )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _failure(session: RunSession, invocation: Invocation, error: Exception, scope: StepScope) -> Failed:
+    """A ``Failed`` outcome with the retry decision taken now."""
+    failed_at = time.time()
+    policy = session.step_functions[invocation.step]._step_config.retry_policy  # type: ignore[attr-defined]
+    delay: float | None = None
+    if policy is not None:
+        item = invocation.item
+        attempts = item.attempts + 1
+        first = item.first_attempt_at or invocation.dispatched_at
+        try:
+            delay = call_policy(
+                policy,
+                max(0.0, failed_at - first),
+                attempts,
+                error,
+                retry_seed(session.run_id, invocation.step, attempts),
+            )
+        except Exception as policy_error:
+            policy_error.__cause__ = error
+            error, delay = policy_error, None
+    return Failed(
+        exception=error,
+        retry_delay=delay,
+        failed_at=failed_at,
+        sends=scope.sends,
+        deleted_waiters=tuple(scope.deleted_waiters),
+    )
+
+
+async def execute_invocation(
+    session: RunSession, invocation: Invocation, post: Callable[[Tick], None]
+) -> StepOutcome:
+    """Run one invocation to its outcome.  Only cancellation propagates."""
+    scope = StepScope(session, invocation, post, threading.get_ident())
+    timeout = session.step_functions[invocation.step]._step_config.timeout  # type: ignore[attr-defined]
+    try:
+        value = await _run_with_timeout(session, invocation, scope, timeout)
+    except Suspend as suspend:
+        return Suspended(
+            suspend.request,
+            sends=scope.sends,
+            collect_ops=tuple(scope.collect_ops),
+            deleted_waiters=tuple(scope.deleted_waiters),
+        )
+    except Exception as error:
+        return _failure(session, invocation, error, scope)
+    finally:
+        scope.returned = True
+    return Completed(
+        value,
+        sends=scope.sends,
+        collect_ops=tuple(scope.collect_ops),
+        deleted_waiters=tuple(scope.deleted_waiters),
+    )

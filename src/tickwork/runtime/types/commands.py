@@ -1,0 +1,130 @@
+"""Commands: the effects the reducer asks the runner to carry out, in order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+from tickwork.runtime.types.state import Invocation
+
+__all__ = [
+    "CancelWorker",
+    "Command",
+    "CompleteRun",
+    "FailWorkflow",
+    "Halt",
+    "PublishEvent",
+    "PublishStepState",
+    "RunWorker",
+    "ScheduleIdleCheck",
+    "ScheduleTimeout",
+    "ScheduleWaiterTimeout",
+    "ScheduleWakeup",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RunWorker:
+    """Start an invocation of a step in a worker slot."""
+
+    invocation: Invocation
+
+
+@dataclass(frozen=True, slots=True)
+class CancelWorker:
+    """Cancel a running invocation; its result will be discarded."""
+
+    invocation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PublishEvent:
+    """Append an event to the run's stream."""
+
+    event: Any
+
+
+@dataclass(frozen=True, slots=True)
+class PublishStepState:
+    """Append a ``StepStateChanged`` to the stream.
+
+    Kept as a light record and turned into the pydantic event only when a consumer reads
+    it, because most runs never look at internal events.
+    """
+
+    step: str
+    state: Literal["preparing", "running", "not_running"]
+    worker_id: str
+    input_type: type
+    output_type: type | None = None
+    has_output: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteRun:
+    """The run ended with ``stop_event``: publish it last and deliver the result."""
+
+    stop_event: Any
+
+
+@dataclass(frozen=True, slots=True)
+class FailWorkflow:
+    """The run failed: publish ``WorkflowFailedEvent`` and raise ``exception``."""
+
+    step_name: str
+    exception: BaseException
+    attempts: int | None = None
+    elapsed_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Halt:
+    """The run stopped without a result: a graceful cancel or a timeout."""
+
+    reason: Literal["cancel", "timeout"]
+    exception: BaseException
+    terminal_event: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleWakeup:
+    """Deliver a ``Wakeup`` for ``step`` at ``due_at`` (a delayed retry)."""
+
+    due_at: float
+    step: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleTimeout:
+    """Deliver a ``Timeout`` at ``due_at``."""
+
+    due_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleWaiterTimeout:
+    """Deliver a ``WaiterTimeout`` for a waiter at ``due_at``."""
+
+    due_at: float
+    step: str
+    waiter_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleIdleCheck:
+    """Deliver an ``IdleCheck`` once every pending input has been processed."""
+
+
+Command = Union[
+    RunWorker,
+    CancelWorker,
+    PublishEvent,
+    PublishStepState,
+    CompleteRun,
+    FailWorkflow,
+    Halt,
+    ScheduleWakeup,
+    ScheduleTimeout,
+    ScheduleWaiterTimeout,
+    ScheduleIdleCheck,
+]

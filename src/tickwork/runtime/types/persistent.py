@@ -1,0 +1,356 @@
+"""Persistent (structurally shared) containers for the run state.
+
+The reducer never mutates its input state, yet a tick must cost O(what it touches), not
+O(size of the run).  Copying a 10,000-entry dict or list on every tick would make a
+10,000-way fan-out quadratic, so the big parts of the state use these containers, whose
+updates return a new version sharing everything that did not change:
+
+* :class:`PQueue` — a banker's deque made of two cons lists.  ``append``/``appendleft``
+  are O(1); ``popleft`` is O(1) amortized when versions are used linearly (the reducer
+  drops the old version), which is the reducer's access pattern.
+* :class:`PMap` — a hash array mapped trie (32-way, dict nodes).  ``set``/``delete`` copy
+  one path of at most ~7 small nodes, so they are O(log32 n).
+* :class:`PList` — an append-only cons list with its length; ``to_list()`` is O(n) and is
+  called once, when a buffer is released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Generic, TypeVar, cast
+
+__all__ = ["PList", "PMap", "PQueue"]
+
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+
+# A cons list is either None (empty) or a pair (head, tail).
+_Cons = tuple[Any, Any] | None
+
+
+def _cons_iter(cell: _Cons) -> Iterator[Any]:
+    while cell is not None:
+        yield cell[0]
+        cell = cell[1]
+
+
+def _cons_from_reversed(cell: _Cons) -> _Cons:
+    out: _Cons = None
+    while cell is not None:
+        out = (cell[0], out)
+        cell = cell[1]
+    return out
+
+
+class PQueue(Generic[T]):
+    """An immutable FIFO queue with O(1) pushes at both ends."""
+
+    __slots__ = ("_back", "_front", "_len")
+
+    def __init__(self, front: _Cons = None, back: _Cons = None, length: int = 0) -> None:
+        self._front = front
+        self._back = back
+        self._len = length
+
+    @classmethod
+    def of(cls, items: Iterable[T]) -> PQueue[T]:
+        """A queue holding ``items`` in order."""
+        q: PQueue[T] = cls()
+        for item in items:
+            q = q.append(item)
+        return q
+
+    def append(self, item: T) -> PQueue[T]:
+        """A new queue with ``item`` at the back."""
+        return PQueue(self._front, (item, self._back), self._len + 1)
+
+    def appendleft(self, item: T) -> PQueue[T]:
+        """A new queue with ``item`` at the front."""
+        return PQueue((item, self._front), self._back, self._len + 1)
+
+    def _normalized(self) -> PQueue[T]:
+        if self._front is None and self._back is not None:
+            return PQueue(_cons_from_reversed(self._back), None, self._len)
+        return self
+
+    def peek(self) -> T:
+        """The front item; ``IndexError`` when empty."""
+        q = self._normalized()
+        if q._front is None:
+            raise IndexError("peek from an empty PQueue")
+        return cast(T, q._front[0])
+
+    def popleft(self) -> tuple[T, PQueue[T]]:
+        """The front item and the queue without it; ``IndexError`` when empty."""
+        q = self._normalized()
+        if q._front is None:
+            raise IndexError("pop from an empty PQueue")
+        return cast(T, q._front[0]), PQueue(q._front[1], q._back, q._len - 1)
+
+    def pop_first(self, accept: Callable[[T], bool]) -> tuple[T | None, PQueue[T]]:
+        """Remove and return the first item ``accept`` takes (``None`` if none does).
+
+        Cost is O(number of items skipped), so callers keep rejected items rare (only
+        delayed retries are ever skipped).
+        """
+        skipped: list[T] = []
+        q: PQueue[T] = self
+        while q._len:
+            item, q = q.popleft()
+            if accept(item):
+                for back in reversed(skipped):
+                    q = q.appendleft(back)
+                return item, q
+            skipped.append(item)
+        return None, self
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def __iter__(self) -> Iterator[T]:
+        yield from _cons_iter(self._front)
+        yield from reversed(list(_cons_iter(self._back)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PQueue) and list(self) == list(other)
+
+    def __hash__(self) -> int:  # pragma: no cover - queues are not used as keys
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"PQueue({list(self)!r})"
+
+
+class PList(Generic[T]):
+    """An immutable append-only sequence (a cons list kept newest-first)."""
+
+    __slots__ = ("_cell", "_len")
+
+    def __init__(self, cell: _Cons = None, length: int = 0) -> None:
+        self._cell = cell
+        self._len = length
+
+    @classmethod
+    def of(cls, items: Iterable[T]) -> PList[T]:
+        """A list holding ``items`` in order."""
+        out: PList[T] = cls()
+        for item in items:
+            out = out.append(item)
+        return out
+
+    def append(self, item: T) -> PList[T]:
+        """A new list with ``item`` at the end."""
+        return PList((item, self._cell), self._len + 1)
+
+    def to_list(self) -> list[T]:
+        """The items, oldest first (O(n))."""
+        out = list(_cons_iter(self._cell))
+        out.reverse()
+        return out
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self.to_list())
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PList) and self.to_list() == other.to_list()
+
+    def __hash__(self) -> int:  # pragma: no cover
+        return hash(tuple(self.to_list()))
+
+    def __repr__(self) -> str:
+        return f"PList({self.to_list()!r})"
+
+
+_BITS = 5
+_MASK = (1 << _BITS) - 1
+_MAX_SHIFT = 64
+
+
+class _Leaf:
+    __slots__ = ("key", "value")
+
+    def __init__(self, key: Any, value: Any) -> None:
+        self.key = key
+        self.value = value
+
+
+class _Bucket:
+    """Keys whose hashes agree on every bit: a plain dict, copied on write."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: dict[Any, Any]) -> None:
+        self.items = items
+
+
+_Node = dict[int, Any]
+
+
+def _get(node: Any, key: Any, h: int, shift: int, default: Any) -> Any:
+    while True:
+        if isinstance(node, dict):
+            child = node.get((h >> shift) & _MASK)
+            if child is None:
+                return default
+            node = child
+            shift += _BITS
+        elif isinstance(node, _Leaf):
+            return node.value if node.key == key else default
+        else:
+            return cast(_Bucket, node).items.get(key, default)
+
+
+def _set(node: Any, key: Any, value: Any, h: int, shift: int) -> tuple[Any, bool]:
+    """Return (new node, whether a key was added)."""
+    if isinstance(node, dict):
+        idx = (h >> shift) & _MASK
+        child = node.get(idx)
+        new = dict(node)
+        if child is None:
+            new[idx] = _Leaf(key, value)
+            return new, True
+        new[idx], added = _set(child, key, value, h, shift + _BITS)
+        return new, added
+    if isinstance(node, _Leaf):
+        if node.key == key:
+            return _Leaf(key, value), False
+        if shift >= _MAX_SHIFT:
+            return _Bucket({node.key: node.value, key: value}), True
+        split: _Node = {}
+        split, _ = _set(split, node.key, node.value, hash(node.key), shift)
+        return _set(split, key, value, h, shift)
+    bucket = cast(_Bucket, node)
+    added = key not in bucket.items
+    items = dict(bucket.items)
+    items[key] = value
+    return _Bucket(items), added
+
+
+def _delete(node: Any, key: Any, h: int, shift: int) -> tuple[Any, bool]:
+    """Return (new node or None when emptied, whether a key was removed)."""
+    if isinstance(node, dict):
+        idx = (h >> shift) & _MASK
+        child = node.get(idx)
+        if child is None:
+            return node, False
+        new_child, removed = _delete(child, key, h, shift + _BITS)
+        if not removed:
+            return node, False
+        new = dict(node)
+        if new_child is None:
+            del new[idx]
+        else:
+            new[idx] = new_child
+        return (new or None), True
+    if isinstance(node, _Leaf):
+        return (None, True) if node.key == key else (node, False)
+    bucket = cast(_Bucket, node)
+    if key not in bucket.items:
+        return node, False
+    items = {k: v for k, v in bucket.items.items() if k != key}
+    return (_Bucket(items) if items else None), True
+
+
+def _walk(node: Any) -> Iterator[tuple[Any, Any]]:
+    if isinstance(node, dict):
+        for child in node.values():
+            yield from _walk(child)
+    elif isinstance(node, _Leaf):
+        yield node.key, node.value
+    elif isinstance(node, _Bucket):
+        yield from node.items.items()
+
+
+_MISSING: Any = object()
+
+
+class PMap(Generic[K, V]):
+    """An immutable hash map with O(log32 n) ``set``/``delete``.
+
+    Iteration order is the hash order, so callers that need a stable order (snapshots)
+    sort the keys.
+    """
+
+    __slots__ = ("_len", "_root")
+
+    def __init__(self, root: Any = None, length: int = 0) -> None:
+        self._root = root
+        self._len = length
+
+    @classmethod
+    def of(cls, items: Iterable[tuple[K, V]] = ()) -> PMap[K, V]:
+        """A map holding ``items``."""
+        out: PMap[K, V] = cls()
+        for key, value in items:
+            out = out.set(key, value)
+        return out
+
+    def get(self, key: K, default: Any = None) -> Any:
+        """The value for ``key``, or ``default``."""
+        if self._root is None:
+            return default
+        return _get(self._root, key, hash(key), 0, default)
+
+    def __getitem__(self, key: K) -> V:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return cast(V, value)
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(cast(K, key), _MISSING) is not _MISSING
+
+    def set(self, key: K, value: V) -> PMap[K, V]:
+        """A new map where ``key`` maps to ``value``."""
+        root = self._root if self._root is not None else {}
+        new_root, added = _set(root, key, value, hash(key), 0)
+        return PMap(new_root, self._len + (1 if added else 0))
+
+    def delete(self, key: K) -> PMap[K, V]:
+        """A new map without ``key`` (the same map when it is absent)."""
+        if self._root is None:
+            return self
+        new_root, removed = _delete(self._root, key, hash(key), 0)
+        return PMap(new_root, self._len - 1) if removed else self
+
+    def items(self) -> Iterator[tuple[K, V]]:
+        """The ``(key, value)`` pairs, in hash order."""
+        return _walk(self._root)
+
+    def keys(self) -> Iterator[K]:
+        """The keys, in hash order."""
+        return (k for k, _ in _walk(self._root))
+
+    def values(self) -> Iterator[V]:
+        """The values, in hash order."""
+        return (v for _, v in _walk(self._root))
+
+    def __iter__(self) -> Iterator[K]:
+        return self.keys()
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PMap) or len(other) != self._len:
+            return False
+        return all(other.get(k, _MISSING) == v for k, v in self.items())
+
+    def __hash__(self) -> int:  # pragma: no cover
+        return hash(frozenset(self.items()))
+
+    def __repr__(self) -> str:
+        return f"PMap({dict(self.items())!r})"

@@ -1,0 +1,84 @@
+"""What one step invocation hands back to the control loop.
+
+A worker turns the step body's outcome into exactly one of these records; exceptions are
+data here, never something that crashes the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+__all__ = [
+    "CollectOp",
+    "Completed",
+    "Failed",
+    "StepOutcome",
+    "Suspended",
+    "WaiterRequest",
+]
+
+CollectDecision = Literal["buffered", "dropped", "released"]
+
+
+@dataclass(frozen=True, slots=True)
+class CollectOp:
+    """One ``ctx.collect_events`` call, as the invocation decided it from its view.
+
+    ``needed_of_type`` (how many events of the event's type ``expected`` asks for) and
+    ``expected_len`` let the reducer re-check a ``buffered``/``dropped`` decision against
+    a buffer that changed meanwhile without re-running the step.
+    """
+
+    buffer_id: str
+    event: Any
+    decision: CollectDecision
+    needed_of_type: int
+    expected_len: int
+    released_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WaiterRequest:
+    """A ``wait_for_event`` call that found no resolved event: register and suspend."""
+
+    waiter_id: str
+    event_type: type
+    requirements: Mapping[str, Any] | None
+    waiter_event: Any
+    timeout: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The body returned ``value`` (an event, a list for a fan-out, or ``None``)."""
+
+    value: Any
+    sends: int = 0
+    collect_ops: tuple[CollectOp, ...] = ()
+    deleted_waiters: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The body raised; ``retry_delay`` is the policy's decision (``None``: no retry)."""
+
+    exception: BaseException
+    retry_delay: float | None
+    failed_at: float
+    sends: int = 0
+    deleted_waiters: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Suspended:
+    """The body awaited an event nobody has sent yet: register a waiter."""
+
+    waiter: WaiterRequest
+    sends: int = 0
+    collect_ops: tuple[CollectOp, ...] = field(default=())
+    deleted_waiters: tuple[str, ...] = ()
+
+
+StepOutcome = Union[Completed, Failed, Suspended]

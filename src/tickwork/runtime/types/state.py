@@ -1,0 +1,213 @@
+"""The run state: an immutable config shared by every run of a workflow, plus the
+per-run part that the reducer replaces tick by tick.
+
+Every record here is a frozen dataclass; containers that can grow with the run
+(queues, in-flight maps, waiters, buffers) are persistent containers from
+:mod:`tickwork.runtime.types.persistent`, so one tick copies only what it touches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tickwork.runtime.types.persistent import PList, PMap, PQueue
+
+__all__ = [
+    "CollectBuffer",
+    "Invocation",
+    "RunConfig",
+    "RunState",
+    "RunStatus",
+    "StepRunState",
+    "StepSpec",
+    "Waiter",
+    "WorkItem",
+]
+
+StepKind = Literal["plain", "join", "collect"]
+RunStatus = Literal["pending", "running", "completed", "failed", "timed_out", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpec:
+    """What the reducer needs to know about one step (derived from its ``StepConfig``)."""
+
+    name: str
+    accepted: tuple[type, ...]
+    subclass_mode: bool = False
+    num_workers: int = 4
+    kind: StepKind = "plain"
+    slots: tuple[tuple[str, type], ...] = ()
+    is_catch_error: bool = False
+    max_recoveries: int = 1
+    is_fan_out: bool = False
+    bare_return_types: tuple[type, ...] = ()
+    list_only_types: frozenset[type] = frozenset()
+
+    def accepts(self, event_type: type) -> bool:
+        """Whether an event of ``event_type`` matches this step's parameter."""
+        if self.subclass_mode:
+            return issubclass(event_type, self.accepted)
+        return event_type in self.accepted
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The immutable part of a run's state, computed once per workflow instance.
+
+    ``exact_routes`` indexes the exact-matching steps by event type; subclass-mode steps
+    are checked separately.  ``_route_cache`` memoizes :meth:`routes_for`, a pure
+    function of the config, so it never changes what the reducer computes.
+    """
+
+    workflow_name: str
+    steps: Mapping[str, StepSpec]
+    timeout: float | None = None
+    catch_error_owner: Mapping[str, str] = field(default_factory=dict)
+    _route_cache: dict[type, tuple[str, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @property
+    def step_order(self) -> tuple[str, ...]:
+        """Step names in declaration order."""
+        return tuple(self.steps)
+
+    def routes_for(self, event_type: type) -> tuple[str, ...]:
+        """The names of the steps that accept ``event_type``, in declaration order."""
+        cached = self._route_cache.get(event_type)
+        if cached is None:
+            cached = tuple(
+                name
+                for name, spec in self.steps.items()
+                if not spec.is_catch_error and spec.accepts(event_type)
+            )
+            self._route_cache[event_type] = cached
+        return cached
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItem:
+    """One delivery of one event (or one join batch) to one step.
+
+    It keeps its identity across retries, waiter suspensions and resumes.
+    """
+
+    work_item_id: str
+    step: str
+    event: Any
+    bound_events: Mapping[str, Any] | None = None
+    scope_path: tuple[str, ...] = ()
+    recovery_counts: Mapping[str, int] = field(default_factory=dict)
+    attempts: int = 0
+    first_attempt_at: float | None = None
+    last_exception: BaseException | None = None
+    last_failed_at: float | None = None
+    not_before: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CollectBuffer:
+    """A ``ctx.collect_events`` buffer of one step.
+
+    ``generation`` increases on every committed change; an invocation whose dispatch-time
+    view has an older generation may be re-run (see ``reduce.py``).
+    """
+
+    events: PList[Any] = field(default_factory=PList)
+    type_counts: Mapping[type, int] = field(default_factory=dict)
+    generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Waiter:
+    """A suspended ``wait_for_event`` call and the work item to re-deliver."""
+
+    waiter_id: str
+    item: WorkItem
+    event_type: type
+    requirements: Mapping[str, Any] | None
+    waiter_event: Any
+    timeout: float | None
+    registered_alive: float
+    subclass_mode: bool = False
+    resolved_event: Any = None
+    timed_out: bool = False
+
+    def matches(self, event: Any) -> bool:
+        """Whether ``event`` resolves this waiter (type, then every requirement)."""
+        if self.resolved_event is not None or self.timed_out:
+            return False
+        etype = type(event)
+        if self.subclass_mode:
+            if not issubclass(etype, self.event_type):
+                return False
+        elif etype is not self.event_type:
+            return False
+        if self.requirements:
+            return all(getattr(event, k, None) == v for k, v in self.requirements.items())
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """One execution of a step body for a work item, and what it saw at dispatch."""
+
+    invocation_id: str
+    step: str
+    worker_id: int
+    item: WorkItem
+    dispatched_at: float
+    received: frozenset[int] = frozenset()
+    collect_view: Mapping[str, CollectBuffer] = field(default_factory=dict)
+    waiters_view: Mapping[str, Waiter] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StepRunState:
+    """The per-run state of one step."""
+
+    queue: PQueue[WorkItem] = field(default_factory=PQueue)
+    in_progress: PMap[str, Invocation] = field(default_factory=PMap)
+    busy_slots: frozenset[int] = frozenset()
+    collect_buffers: Mapping[str, CollectBuffer] = field(default_factory=dict)
+    join_buffer: tuple[Any, ...] = ()
+    waiters: PMap[str, Waiter] = field(default_factory=PMap)
+    waiters_by_item: PMap[str, frozenset[str]] = field(default_factory=PMap)
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """Everything the reducer knows about one run.
+
+    ``queued``/``running`` count work across all steps so that quiescence is O(1);
+    ``waiter_index`` maps an awaited type to its ``(step, waiter_id)`` pairs so that an
+    added event finds its waiters without scanning every step.
+    """
+
+    config: RunConfig
+    steps: Mapping[str, StepRunState]
+    status: RunStatus = "pending"
+    is_running: bool = False
+    queued: int = 0
+    running: int = 0
+    waiter_index: Mapping[type, frozenset[tuple[str, str]]] = field(default_factory=dict)
+    stream_seq: int = 0
+    work_item_seq: int = 0
+    invocation_seq: int = 0
+    journal_seq: int = 0
+    elapsed_alive: float = 0.0
+    last_alive_stamp: float | None = None
+    idle_check_pending: bool = False
+
+    @property
+    def quiescent(self) -> bool:
+        """Live with nothing queued (delayed retries included) and nothing running."""
+        return self.status == "running" and self.queued == 0 and self.running == 0
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run has reached a terminal outcome."""
+        return self.status not in ("pending", "running")

@@ -1,0 +1,35 @@
+"""Identifiers minted by the reducer from the state's counters.
+
+Ids are deterministic: the same state and ticks always mint the same ids, which is what
+makes replay and resume reproducible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = [
+    "EmissionKey",
+    "invocation_id",
+    "stream_id",
+    "work_item_id",
+]
+
+EmissionKey = tuple[str, int]
+"""``(invocation id, index)``: sends take 0, 1, ... in call order, then returned events."""
+
+
+def work_item_id(seq: int) -> str:
+    """The id of the ``seq``-th work item of a run."""
+    return f"wi-{seq}"
+
+
+def invocation_id(seq: int) -> str:
+    """The id of the ``seq``-th invocation of a run."""
+    return f"inv-{seq}"
+
+
+def stream_id(scope_path: tuple[str, ...], step: str, seq: int) -> str:
+    """``"stream-" + 16 hex digits`` derived from the enclosing path, the step and ``seq``."""
+    digest = hashlib.sha256(f"{'/'.join(scope_path)}|{step}|{seq}".encode()).hexdigest()
+    return "stream-" + digest[:16]

@@ -1,0 +1,374 @@
+"""``Workflow``: a class of ``@step`` methods wired together by the events they exchange.
+
+The constructor infers the start and stop event classes from the step signatures;
+``run()`` validates once (cached), builds the reducer's config once per instance and
+starts a run on the caller's event loop, returning its :class:`WorkflowHandler`.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import string
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from tickwork.context.context import Context
+from tickwork.context.serializers import BaseSerializer
+from tickwork.errors import (
+    ContextStateError,
+    WorkflowConfigurationError,
+    WorkflowRuntimeError,
+    WorkflowValidationError,
+)
+from tickwork.events import Event, StartEvent, StopEvent
+from tickwork.handler import WorkflowHandler
+from tickwork.representation.build import discover_step_functions
+from tickwork.representation.checks import check_catch_error_structure, validate_steps
+from tickwork.resource import ResourceManager
+from tickwork.runtime.config import build_run_config
+from tickwork.runtime.control_loop.reduce import initial_state
+from tickwork.runtime.session import RunSession
+from tickwork.runtime.types.state import RunConfig
+
+__all__ = ["Workflow", "WorkflowMeta"]
+
+_log = logging.getLogger("tickwork")
+
+_GRAPH_CHECKS = frozenset({"dead_end", "reachability", "terminal_event"})
+_ID_ALPHABET = string.ascii_letters + string.digits
+
+# Live runs by id, held weakly so a finished run leaves nothing behind.
+_LIVE_RUNS: weakref.WeakValueDictionary[str, RunSession] = weakref.WeakValueDictionary()
+
+
+class WorkflowMeta(type):
+    """Gives every workflow class its own registry of free-function steps."""
+
+    def __init__(cls, name: str, bases: tuple[type, ...], namespace: dict[str, Any]) -> None:
+        super().__init__(name, bases, namespace)
+        cls._step_functions: dict[str, Callable[..., Any]] = {}
+        cls._registry_version = 0
+
+
+def _check_timeout(timeout: Any) -> None:
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise WorkflowValidationError(
+            f"Workflow(timeout={timeout!r}): timeout must be None or a number >= 0"
+        )
+
+
+def _check_concurrent_runs(value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise WorkflowValidationError(
+            f"Workflow(num_concurrent_runs={value!r}): num_concurrent_runs must be a "
+            "positive int or None"
+        )
+
+
+def _unique_subclass(
+    workflow_name: str, types: list[type], base: type, role: str, where: str
+) -> type:
+    found: list[type] = []
+    for candidate in types:
+        if isinstance(candidate, type) and issubclass(candidate, base) and candidate not in found:
+            found.append(candidate)
+    if not found:
+        raise WorkflowConfigurationError(
+            f"workflow {workflow_name} has no {role}: no step {where} a {base.__name__}"
+        )
+    if len(found) > 1:
+        names = ", ".join(t.__name__ for t in found)
+        raise WorkflowConfigurationError(
+            f"workflow {workflow_name} has {len(found)} {role} classes ({names}); "
+            f"exactly one {base.__name__} subclass may be {where.split()[0]} by its steps"
+        )
+    return found[0]
+
+
+def _new_run_id() -> str:
+    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(10))
+
+
+class Workflow(metaclass=WorkflowMeta):
+    """Base class of workflows: subclass it and decorate methods with ``@step``."""
+
+    _step_functions: dict[str, Callable[..., Any]]
+    _registry_version: int
+
+    def __init__(
+        self,
+        timeout: float | None = 45.0,
+        disable_validation: bool = False,
+        verbose: bool = False,
+        resource_manager: ResourceManager | None = None,
+        num_concurrent_runs: int | None = None,
+        runtime: Any = None,
+        workflow_name: str | None = None,
+        skip_graph_checks: set[str] | None = None,
+        serializer: BaseSerializer | None = None,
+        journal: Any = False,
+    ) -> None:
+        _check_concurrent_runs(num_concurrent_runs)
+        _check_timeout(timeout)
+        self._timeout = timeout
+        self._disable_validation = disable_validation
+        self._verbose = verbose
+        self._num_concurrent_runs = num_concurrent_runs
+        self._explicit_name = workflow_name
+        self._serializer = serializer
+        self._journal = journal
+        steps = self._get_steps()
+        if not steps:
+            raise WorkflowConfigurationError(f"workflow {self.workflow_name} has no steps")
+        self._start_event_class = self._infer_start_class(steps)
+        self._stop_event_class = self._infer_stop_class(steps)
+        self._events = self._collect_events(steps)
+        self._resource_manager = resource_manager or ResourceManager()
+        self._skip_graph_checks = self._check_skip_names(skip_graph_checks)
+        self._runtime = self._resolve_runtime(runtime)
+        self._locked = False
+        self._validated_version: int | None = None
+        self._run_config: RunConfig | None = None
+        self._run_config_version: int | None = None
+        self._run_slots: Any = None
+
+    # -- construction helpers -------------------------------------------------------------
+
+    def _infer_start_class(self, steps: dict[str, Callable[..., Any]]) -> type[StartEvent]:
+        accepted = [t for fn in steps.values() for t in fn._step_config.accepted_events]  # type: ignore[attr-defined]
+        return _unique_subclass(
+            self.workflow_name, accepted, StartEvent, "start event", "accepts"
+        )
+
+    def _infer_stop_class(self, steps: dict[str, Callable[..., Any]]) -> type[StopEvent]:
+        returned = [t for fn in steps.values() for t in fn._step_config.return_types]  # type: ignore[attr-defined]
+        return _unique_subclass(self.workflow_name, returned, StopEvent, "stop event", "returns")
+
+    @staticmethod
+    def _collect_events(steps: dict[str, Callable[..., Any]]) -> list[type[Event]]:
+        events: list[type[Event]] = []
+        for fn in steps.values():
+            cfg = fn._step_config  # type: ignore[attr-defined]
+            for t in [*cfg.accepted_events, *cfg.return_types]:
+                if isinstance(t, type) and issubclass(t, Event) and t not in events:
+                    events.append(t)
+        return events
+
+    def _check_skip_names(self, names: set[str] | None) -> frozenset[str]:
+        if not names:
+            return frozenset()
+        unknown = set(names) - _GRAPH_CHECKS
+        if unknown:
+            raise WorkflowValidationError(
+                f"Workflow(skip_graph_checks=...): unknown check(s) {sorted(unknown)}; "
+                f"valid checks are {sorted(_GRAPH_CHECKS)}"
+            )
+        return frozenset(names)
+
+    @staticmethod
+    def _resolve_runtime(runtime: Any) -> Any:
+        from tickwork.runtime.default import DEFAULT_RUNTIME, InProcessRuntime
+
+        if runtime is None:
+            return DEFAULT_RUNTIME
+        if not isinstance(runtime, InProcessRuntime):
+            raise WorkflowConfigurationError(
+                f"Workflow(runtime={runtime!r}): runtime must be None or a tickwork runtime"
+            )
+        return runtime
+
+    # -- properties ---------------------------------------------------------------------
+
+    @property
+    def workflow_name(self) -> str:
+        """The explicit name, or ``module.QualName`` of the class."""
+        if self._explicit_name:
+            return self._explicit_name
+        cls = type(self)
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    @property
+    def start_event_class(self) -> type[StartEvent]:
+        """The inferred start event class."""
+        return self._start_event_class
+
+    @property
+    def stop_event_class(self) -> type[StopEvent]:
+        """The inferred stop event class."""
+        return self._stop_event_class
+
+    @property
+    def events(self) -> list[type[Event]]:
+        """Every event class accepted or returned by the steps."""
+        return list(self._events)
+
+    @property
+    def serializer(self) -> BaseSerializer | None:
+        """The explicit serializer, or ``None``."""
+        return self._serializer
+
+    @property
+    def runtime(self) -> Any:
+        """The runtime that hosts this workflow's runs."""
+        return self._runtime
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def _get_steps(self) -> dict[str, Callable[..., Any]]:
+        """Step name -> callable: bound method steps, then free-function steps."""
+        out: dict[str, Callable[..., Any]] = {}
+        for name, fn in discover_step_functions(type(self)).items():
+            if name in type(self)._step_functions:
+                out[name] = fn
+            else:
+                out[name] = getattr(self, name)
+        return out
+
+    @classmethod
+    def add_step(cls, func: Callable[..., Any]) -> None:
+        """Register a free function decorated with ``@step`` as a step of this class."""
+        if getattr(func, "_step_config", None) is None:
+            raise WorkflowValidationError(
+                f"cannot add {getattr(func, '__name__', func)!r} to {cls.__name__}: it is "
+                "not a step; decorate it with @step first"
+            )
+        name = func.__name__
+        if name in discover_step_functions(cls):
+            raise WorkflowValidationError(
+                f"cannot add step {name!r} to {cls.__name__}: the name is taken by another step"
+            )
+        cls._step_functions[name] = func
+        cls._registry_version += 1
+
+    # -- validation -----------------------------------------------------------------------
+
+    def validate(
+        self, *, validate_resource_configs: bool = True, validate_resources: bool = False
+    ) -> bool:
+        """Run every check (api.md §6.5); returns whether the workflow uses HITL."""
+        steps = self._get_steps()
+        if not steps:
+            raise WorkflowConfigurationError(f"workflow {self.workflow_name} has no steps")
+        start = self._infer_start_class(steps)
+        self._infer_stop_class(steps)
+        uses_hitl = validate_steps(
+            self.workflow_name, steps, start, set(self._skip_graph_checks)
+        )
+        if validate_resource_configs or validate_resources:
+            from tickwork.resource import validate_step_resources
+
+            validate_step_resources(
+                steps, configs=validate_resource_configs, factories=validate_resources
+            )
+        return uses_hitl
+
+    def _prepare_run(self) -> RunConfig:
+        """Validate once per registry version and build the reducer config."""
+        version = type(self)._registry_version
+        if self._validated_version != version:
+            steps = self._get_steps()
+            if self._disable_validation:
+                check_catch_error_structure(steps)
+            else:
+                validate_steps(
+                    self.workflow_name,
+                    steps,
+                    self._start_event_class,
+                    set(self._skip_graph_checks),
+                )
+            self._validated_version = version
+        if self._run_config is None or self._run_config_version != version:
+            self._step_table = self._get_steps()
+            self._run_config = build_run_config(
+                self.workflow_name, self._step_table, self._timeout
+            )
+            self._run_config_version = version
+        return self._run_config
+
+    # -- running --------------------------------------------------------------------------
+
+    def run(
+        self,
+        ctx: Context[Any] | None = None,
+        start_event: StartEvent | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandler:
+        """Start a run on the current event loop and return its handler."""
+        from tickwork.runtime.session import detect_backend
+
+        detect_backend()
+        self._locked = True
+        config = self._prepare_run()
+        run_id = kwargs.pop("run_id", None) or _new_run_id()
+        live = _LIVE_RUNS.get(run_id)
+        if live is not None and live.live:
+            raise RuntimeError(f"a run with run_id {run_id!r} is already live in this process")
+        if ctx is not None and ctx._step is not None:
+            raise ContextStateError(
+                "a workflow cannot be started from a step's context; pass a new Context"
+            )
+        if ctx is not None and ctx._session is not None and ctx._session.live:
+            raise ContextStateError("the context is already running a workflow")
+        ctx = ctx if ctx is not None else Context(self)
+        start = self._build_start_event(config, start_event, kwargs)
+        session = RunSession(
+            workflow=self,
+            config=config,
+            step_functions=self._step_table,
+            init_state=initial_state(config),
+            run_id=run_id,
+            store=ctx.store,
+            make_step_context=Context._for_step,
+            start_event=start,
+            run_slots=self._concurrency_slots(),
+            keep_journal=self._journal is True,
+        )
+        ctx._bind_run(session)
+        _LIVE_RUNS[run_id] = session
+        session.start()
+        return WorkflowHandler(ctx, session)
+
+    def _build_start_event(
+        self, config: RunConfig, start_event: StartEvent | None, kwargs: dict[str, Any]
+    ) -> StartEvent:
+        if start_event is not None:
+            if not isinstance(start_event, StartEvent):
+                raise ValueError(
+                    f"run(start_event=...) must be a StartEvent instance, got "
+                    f"{type(start_event).__name__}"
+                )
+            if kwargs:
+                _log.warning(
+                    "run(start_event=...) ignores the extra keyword arguments %s",
+                    sorted(kwargs),
+                )
+            if not config.routes_for(type(start_event)):
+                raise WorkflowRuntimeError(
+                    f"no step accepts the start event {type(start_event).__name__}; this "
+                    f"workflow's start_event_class is {self._start_event_class.__name__}"
+                )
+            return start_event
+        try:
+            return self._start_event_class(**kwargs)
+        except ValidationError as error:
+            raise WorkflowRuntimeError(
+                f"cannot build the start event {self._start_event_class.__name__} from "
+                f"run() keyword arguments {sorted(kwargs)}: {error}"
+            ) from error
+
+    def _concurrency_slots(self) -> Any:
+        if self._num_concurrent_runs is None:
+            return None
+        if self._run_slots is None:
+            import anyio
+
+            self._run_slots = anyio.Semaphore(self._num_concurrent_runs)
+        return self._run_slots

@@ -1,0 +1,499 @@
+"""The import rules of ``architecture.md`` §1-2, checked on the source with ``ast``.
+
+Nothing here imports tickwork: every module under ``src/tickwork`` is parsed, its imports
+are resolved to module names, and the rules below are asserted on that graph.
+
+Two kinds of import are told apart:
+
+* **executed** imports run when the module or one of its functions runs: those at module
+  level (including inside ``try``/``if`` and class bodies) and those inside functions.
+  They are what the *direction* rules check, since a lazy import still couples two layers.
+* **top-level** imports are the executed ones outside functions. Only they can make an
+  import cycle, so only they are checked for cycles.
+
+Imports under ``if TYPE_CHECKING:`` are annotations only; no rule counts them.
+
+A rule about a file that does not exist yet is skipped with the reason, so the suite stays
+green while the runtime is being written; it starts to bite the moment the file lands.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = "tickwork"
+
+CONTROL_LOOP = "tickwork.runtime.control_loop"
+RUNNER = f"{CONTROL_LOOP}.runner"
+REDUCE = f"{CONTROL_LOOP}.reduce"
+STREAMS = f"{CONTROL_LOOP}.streams"
+RUNTIME_TYPES = "tickwork.runtime.types"
+
+# The public leaf modules of the package: plain data and exceptions that import nothing
+# above them (``test_foundation_modules_stay_at_the_bottom`` holds them to that), so every
+# layer, the pure core included, may use them. ``_serde_fields`` is the private helper
+# that ``events`` is built on.
+FOUNDATION = ("tickwork.events", "tickwork.errors", "tickwork.collect", "tickwork._serde_fields")
+
+# Libraries whose use means waiting, spawning or reading a clock: none of that belongs in
+# the pure reducer (architecture.md §1: time arrives inside ticks).
+EFFECTFUL_LIBRARIES = ("anyio", "asyncio", "trio", "time", "threading")
+
+FACADE_EXPORTS = {
+    "control_loop",
+    "rebuild_state_from_ticks",
+    "rebuild_state_from_ticks_stream",
+    "replay_ticks_stream",
+}
+
+
+# --------------------------------------------------------------------------------------
+# Building the import graph
+
+
+@dataclass(frozen=True)
+class Import:
+    """One imported module, as written in ``importer`` at ``line``."""
+
+    importer: str
+    target: str
+    line: int
+    top_level: bool  # executed at import time (not inside a function)
+    type_checking: bool  # under ``if TYPE_CHECKING:``
+
+    @property
+    def executed(self) -> bool:
+        return not self.type_checking
+
+    def __str__(self) -> str:
+        return f"{self.importer}:{self.line} imports {self.target}"
+
+
+@dataclass
+class ModuleInfo:
+    name: str
+    path: Path
+    is_package: bool
+    tree: ast.Module
+    imports: list[Import] = field(default_factory=list)
+
+
+def module_name_for(path: Path, src: Path) -> tuple[str, bool]:
+    """``src/tickwork/a/b.py`` -> ``("tickwork.a.b", False)``; ``__init__.py`` names its package."""
+    parts = list(path.relative_to(src).with_suffix("").parts)
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts.pop()
+    return ".".join(parts), is_package
+
+
+def _is_type_checking_test(test: ast.expr) -> bool:
+    if isinstance(test, ast.Name):
+        return test.id == "TYPE_CHECKING"
+    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+
+
+def _resolve_from(module: ModuleInfo, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from X import ...`` statement reads from."""
+    if node.level == 0:
+        return node.module or ""
+    package_parts = module.name.split(".") if module.is_package else module.name.split(".")[:-1]
+    if node.level > 1:
+        package_parts = package_parts[: len(package_parts) - (node.level - 1)]
+    parts = [*package_parts, node.module] if node.module else package_parts
+    return ".".join(parts)
+
+
+def _targets(
+    module: ModuleInfo, node: ast.Import | ast.ImportFrom, known: set[str]
+) -> Iterator[str]:
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield alias.name
+        return
+    base = _resolve_from(module, node)
+    for alias in node.names:
+        submodule = f"{base}.{alias.name}"
+        # ``from pkg import sub`` imports the submodule; ``from mod import name`` the module.
+        yield submodule if submodule in known else base
+
+
+def collect_imports(module: ModuleInfo, known: set[str]) -> list[Import]:
+    found: list[Import] = []
+
+    def visit(nodes: Iterable[ast.stmt], *, top_level: bool, type_checking: bool) -> None:
+        for node in nodes:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for target in _targets(module, node, known):
+                    found.append(Import(module.name, target, node.lineno, top_level, type_checking))
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(node.body, top_level=False, type_checking=type_checking)
+            elif isinstance(node, ast.If) and _is_type_checking_test(node.test):
+                visit(node.body, top_level=top_level, type_checking=True)
+                visit(node.orelse, top_level=top_level, type_checking=type_checking)
+            else:
+                for child_field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                    children = getattr(node, child_field, None)
+                    if isinstance(children, list):
+                        stmts = [c for c in children if isinstance(c, ast.stmt)]
+                        # except handlers and match cases hold their statements one level down
+                        for c in children:
+                            if isinstance(c, (ast.ExceptHandler, ast.match_case)):
+                                stmts.extend(c.body)
+                        visit(stmts, top_level=top_level, type_checking=type_checking)
+
+    visit(module.tree.body, top_level=True, type_checking=False)
+    return found
+
+
+def load_package(src: Path, package: str = PACKAGE) -> dict[str, ModuleInfo]:
+    """Parse every module of ``package`` under ``src`` and resolve its imports."""
+    modules: dict[str, ModuleInfo] = {}
+    for path in sorted((src / package).rglob("*.py")):
+        name, is_package = module_name_for(path, src)
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        modules[name] = ModuleInfo(name, path, is_package, tree)
+    known = set(modules)
+    for module in modules.values():
+        module.imports = collect_imports(module, known)
+    return modules
+
+
+def within(name: str, prefix: str) -> bool:
+    """``name`` is the module ``prefix`` or lives inside the package ``prefix``."""
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def find_cycles(modules: dict[str, ModuleInfo]) -> list[list[str]]:
+    """Each cycle of top-level imports between package modules, as a closed path."""
+    graph: dict[str, list[str]] = {
+        name: sorted(
+            {
+                imp.target
+                for imp in info.imports
+                if imp.top_level and imp.executed and imp.target in modules
+            }
+        )
+        for name, info in modules.items()
+    }
+    # Tarjan's strongly connected components, iterative to stay clear of recursion limits.
+    index: dict[str, int] = {}
+    lowlink: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work: list[tuple[str, int]] = [(root, 0)]
+        while work:
+            node, child_pos = work.pop()
+            if child_pos == 0:
+                index[node] = lowlink[node] = counter
+                counter += 1
+                stack.append(node)
+                on_stack.add(node)
+            children = graph[node]
+            if child_pos < len(children):
+                work.append((node, child_pos + 1))
+                child = children[child_pos]
+                if child not in index:
+                    work.append((child, 0))
+                elif child in on_stack:
+                    lowlink[node] = min(lowlink[node], index[child])
+                continue
+            if lowlink[node] == index[node]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph[node]:
+                    components.append(component)
+            if work:
+                parent = work[-1][0]
+                lowlink[parent] = min(lowlink[parent], lowlink[node])
+    return [_cycle_path(graph, set(component)) for component in components]
+
+
+def _cycle_path(graph: dict[str, list[str]], component: set[str]) -> list[str]:
+    """One concrete cycle through a strongly connected component, for the error message."""
+    start = min(component)
+    path = [start]
+    seen = {start}
+    node = start
+    while True:
+        nxt = next(c for c in graph[node] if c in component)
+        if nxt in seen:
+            return [*path[path.index(nxt) :], nxt]
+        path.append(nxt)
+        seen.add(nxt)
+        node = nxt
+
+
+# --------------------------------------------------------------------------------------
+# Rules on the real package
+
+
+@pytest.fixture(scope="module")
+def modules() -> dict[str, ModuleInfo]:
+    return load_package(SRC)
+
+
+def _require(modules: dict[str, ModuleInfo], *names: str) -> None:
+    missing = [n for n in names if n not in modules]
+    if missing:
+        pytest.skip(f"not written yet: {', '.join(missing)}")
+
+
+def _executed_imports(modules: dict[str, ModuleInfo], importer_prefix: str) -> list[Import]:
+    return [
+        imp
+        for name, info in modules.items()
+        if within(name, importer_prefix)
+        for imp in info.imports
+        if imp.executed
+    ]
+
+
+def _violations(imports: Iterable[Import], *forbidden: str) -> list[str]:
+    return [str(imp) for imp in imports if any(within(imp.target, f) for f in forbidden)]
+
+
+def _outside(imports: Iterable[Import], *allowed: str) -> list[str]:
+    """Imports of package modules that are not under any of the ``allowed`` prefixes."""
+    return [
+        str(imp)
+        for imp in imports
+        if within(imp.target, PACKAGE) and not any(within(imp.target, a) for a in allowed)
+    ]
+
+
+def test_package_is_found(modules: dict[str, ModuleInfo]) -> None:
+    assert PACKAGE in modules, f"no {PACKAGE}/__init__.py under {SRC}"
+
+
+def test_reduce_imports_only_streams_types_and_foundation(
+    modules: dict[str, ModuleInfo],
+) -> None:
+    _require(modules, REDUCE)
+    imports = _executed_imports(modules, REDUCE)
+    assert not _violations(imports, RUNNER), "reduce.py must never import the runner"
+    # The facade package re-exports the runner, so importing it would pull the runner in.
+    assert not [str(i) for i in imports if i.target == CONTROL_LOOP], (
+        "reduce.py must import its siblings directly, not through the control_loop facade"
+    )
+    assert not _outside(imports, STREAMS, RUNTIME_TYPES, *FOUNDATION)
+
+
+def test_streams_imports_only_types_and_foundation(modules: dict[str, ModuleInfo]) -> None:
+    _require(modules, STREAMS)
+    imports = _executed_imports(modules, STREAMS)
+    assert not _violations(imports, REDUCE, RUNNER), (
+        "streams.py returns releases as data; reduce.py dispatches them (architecture.md §1)"
+    )
+    assert not _outside(imports, RUNTIME_TYPES, *FOUNDATION)
+
+
+@pytest.mark.parametrize("pure_module", [REDUCE, STREAMS])
+def test_pure_core_does_no_io_no_waiting_no_clock(
+    modules: dict[str, ModuleInfo], pure_module: str
+) -> None:
+    _require(modules, pure_module)
+    assert not _violations(_executed_imports(modules, pure_module), *EFFECTFUL_LIBRARIES), (
+        "the reducer is pure: time arrives inside ticks; awaiting and clocks are the runner's"
+    )
+
+
+def test_runtime_types_import_nothing_above_them(modules: dict[str, ModuleInfo]) -> None:
+    type_modules = [n for n in modules if within(n, RUNTIME_TYPES) and n != RUNTIME_TYPES]
+    if not type_modules:
+        pytest.skip(f"not written yet: {RUNTIME_TYPES}.*")
+    imports = _executed_imports(modules, RUNTIME_TYPES)
+    above = [
+        "tickwork.workflow",
+        "tickwork.handler",
+        "tickwork.context",
+        "tickwork.journal",
+        "tickwork.testing",
+        "tickwork.cli",
+    ]
+    bad = _violations(imports, *above)
+    # The rest of tickwork.runtime (control loop, adapters, default runtime) sits above.
+    bad += [
+        str(i)
+        for i in imports
+        if within(i.target, "tickwork.runtime") and not within(i.target, RUNTIME_TYPES)
+    ]
+    # The root package re-exports Workflow and Context, so importing it reaches the top.
+    bad += [str(i) for i in imports if i.target == PACKAGE]
+    assert not bad
+
+
+@pytest.mark.parametrize("foundation", ["tickwork.events", "tickwork.errors", "tickwork.collect"])
+def test_foundation_modules_stay_at_the_bottom(
+    modules: dict[str, ModuleInfo], foundation: str
+) -> None:
+    _require(modules, foundation)
+    imports = _executed_imports(modules, foundation)
+    bad = _violations(
+        imports, "tickwork.workflow", "tickwork.context", "tickwork.runtime", "tickwork.handler"
+    )
+    bad += [str(i) for i in imports if i.target == PACKAGE]  # the root re-exports Workflow
+    assert not bad
+
+
+def test_decorators_do_not_import_context_or_workflow(modules: dict[str, ModuleInfo]) -> None:
+    _require(modules, "tickwork.decorators")
+    imports = _executed_imports(modules, "tickwork.decorators")
+    assert not _violations(imports, "tickwork.context", "tickwork.workflow"), (
+        "decorators sit below Workflow and Context; detect Context parameters by class name "
+        "(api.md §5.5.2) and import Workflow only under TYPE_CHECKING"
+    )
+
+
+def test_runner_is_imported_only_from_above(modules: dict[str, ModuleInfo]) -> None:
+    _require(modules, RUNNER)
+    lower = [m for m in modules if within(m, RUNTIME_TYPES) or m in (REDUCE, STREAMS)]
+    lower += [m for m in FOUNDATION if m in modules]
+    bad = [str(i) for m in lower for i in modules[m].imports if i.executed and i.target == RUNNER]
+    assert not bad
+
+
+def test_no_import_cycles(modules: dict[str, ModuleInfo]) -> None:
+    cycles = find_cycles(modules)
+    assert not cycles, "top-level import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def _names_bound_at_module_level(tree: ast.Module) -> set[str]:
+    bound: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Assign):
+            bound.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            bound.add(node.target.id)
+    return bound
+
+
+def _declared_all(tree: ast.Module) -> list[str] | None:
+    for node in tree.body:
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            value = node.value
+            assert isinstance(value, (ast.List, ast.Tuple)), "__all__ must be a literal list"
+            return [ast.literal_eval(elt) for elt in value.elts]
+    return None
+
+
+def test_control_loop_facade_exports_exactly_the_four_names(
+    modules: dict[str, ModuleInfo],
+) -> None:
+    _require(modules, CONTROL_LOOP)
+    tree = modules[CONTROL_LOOP].tree
+    exported = _declared_all(tree)
+    if exported is None:
+        is_placeholder = all(
+            isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in tree.body
+        )
+        if is_placeholder:
+            pytest.skip(f"{CONTROL_LOOP} is still a placeholder without __all__")
+        pytest.fail(f"{CONTROL_LOOP}/__init__.py defines no __all__ (api.md §2)")
+    assert sorted(exported) == sorted(FACADE_EXPORTS), "api.md §2: exactly these four names"
+    assert len(exported) == len(set(exported)), "duplicate names in __all__"
+    unbound = set(exported) - _names_bound_at_module_level(tree)
+    assert not unbound, f"__all__ names not defined or imported in the facade: {unbound}"
+
+
+# --------------------------------------------------------------------------------------
+# The checker itself, on a small synthetic package (runs whatever state src/ is in)
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def test_checker_resolves_imports_of_every_kind(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.a import thing\n",
+            "pkg/a.py": (
+                "from __future__ import annotations\n"
+                "import os.path\n"
+                "from typing import TYPE_CHECKING\n"
+                "from . import b\n"
+                "from .sub import c as see\n"
+                "from .sub.c import value\n"
+                "if TYPE_CHECKING:\n"
+                "    from pkg.sub import d\n"
+                "else:\n"
+                "    import pkg.sub.d\n"
+                "try:\n"
+                "    import anyio\n"
+                "except ImportError:\n"
+                "    import trio\n"
+                "def later():\n"
+                "    from ..outside import x\n"
+                "class K:\n"
+                "    import time\n"
+                "thing = 1\n"
+            ),
+            "pkg/b.py": "",
+            "pkg/sub/__init__.py": "from .c import value\n",
+            "pkg/sub/c.py": "value = 1\n",
+            "pkg/sub/d.py": "import typing as t\nif t.TYPE_CHECKING:\n    import pkg.a\n",
+        },
+    )
+    mods = load_package(tmp_path, "pkg")
+    seen = {(i.target, i.top_level, i.type_checking) for i in mods["pkg.a"].imports}
+    assert ("os.path", True, False) in seen
+    assert ("pkg.b", True, False) in seen
+    assert ("pkg.sub.c", True, False) in seen
+    assert ("pkg.sub.d", True, True) in seen  # TYPE_CHECKING branch
+    assert ("pkg.sub.d", True, False) in seen  # its else branch runs
+    assert ("anyio", True, False) in seen and ("trio", True, False) in seen
+    assert ("outside", False, False) in seen  # relative import beyond pkg, inside a function
+    assert ("time", True, False) in seen  # class bodies run at import time
+    assert {i.target for i in mods["pkg.sub"].imports} == {"pkg.sub.c"}
+    assert {i.target for i in mods["pkg"].imports} == {"pkg.a"}
+    assert [i.type_checking for i in mods["pkg.sub.d"].imports] == [False, True]
+    assert find_cycles(mods) == []  # pkg.sub.d -> pkg.a is under TYPE_CHECKING only
+
+
+def test_checker_reports_top_level_cycles_only(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "from pkg import b\n",
+            "pkg/b.py": "import pkg.c\n",
+            "pkg/c.py": "from . import a\n",
+            "pkg/d.py": "def f():\n    import pkg.e\n",
+            "pkg/e.py": "import pkg.d\n",
+            "pkg/f.py": "import pkg.f\n",
+        },
+    )
+    cycles = find_cycles(load_package(tmp_path, "pkg"))
+    assert sorted(cycles) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"], ["pkg.f", "pkg.f"]]
