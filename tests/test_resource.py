@@ -1,5 +1,6 @@
 """Resources, configs and the ResourceManager (api.md §14)."""
 
+import functools
 import json
 import threading
 from collections.abc import Mapping
@@ -331,6 +332,16 @@ async def test_class_and_callable_object_factories() -> None:
     assert isinstance(client, Client)
     assert built == ("built", client.token)
     assert calls == {"get_token": 1}
+
+
+@pytest.mark.anyio
+async def test_partial_factories() -> None:
+    declared = Resource(functools.partial(get_service, retries=5))
+    assert declared.name == "partial"
+    assert [name for name, _, _ in declared.get_dependencies()] == ["token", "again"]
+    token, again, retries = await ResourceManager().get(declared)
+    assert token is again
+    assert retries == 5
 
 
 @pytest.mark.anyio

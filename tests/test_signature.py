@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import ast
 import collections.abc
+import importlib
 import inspect
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Generic, Optional, TypeVar, Union
 
@@ -161,6 +162,34 @@ def test_context_parameter_and_state_type() -> None:
     assert config_of(Flow.typed).context_parameter == "ctx"
     assert config_of(Flow.typed).context_state_type is MyState
     assert config_of(Flow.typed).event_name == "ev"
+
+
+def test_context_without_a_model_argument_has_no_state_type() -> None:
+    class Flow:
+        @step
+        async def anything(self, ctx: Context[Any], ev: StartEvent) -> StopEvent:
+            return StopEvent()
+
+        @step
+        async def typevar(self, ctx: Context[T], ev: StartEvent) -> StopEvent:
+            return StopEvent()
+
+    assert config_of(Flow.anything).context_state_type is None
+    assert config_of(Flow.typevar).context_state_type is None
+    assert config_of(Flow.typevar).context_parameter == "ctx"
+
+
+def test_the_real_context_class_is_detected() -> None:
+    RealContext = getattr(importlib.import_module("tickwork.context"), "Context", None)
+    if RealContext is None:
+        pytest.skip("tickwork.context.Context does not exist yet")
+
+    class Flow:
+        @step
+        async def handle(self, ctx: RealContext, ev: StartEvent) -> StopEvent:  # type: ignore[valid-type]
+            return StopEvent()
+
+    assert config_of(Flow.handle).context_parameter == "ctx"
 
 
 def test_any_class_named_context_counts() -> None:
@@ -632,7 +661,14 @@ def test_async_iterator_returns_are_rejected(annotation: str) -> None:
 
     handle.__annotations__["return"] = annotation
     with pytest.raises(WorkflowValidationError) as info:
-        make_step_function(handle, localns={"collections": collections})
+        make_step_function(
+            handle,
+            localns={
+                "collections": collections,
+                "AsyncIterable": AsyncIterable,
+                "AsyncGenerator": AsyncGenerator,
+            },
+        )
     message = str(info.value)
     assert "handle" in message
     assert "list[E]" in message

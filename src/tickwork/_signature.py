@@ -159,9 +159,7 @@ def require_event_parameter(
         )
 
 
-# ---------------------------------------------------------------------------------------
-# 5.5.1 Resolving annotations
-# ---------------------------------------------------------------------------------------
+# --- 5.5.1 Resolving annotations ---------------------------------------------------------
 
 
 def decoration_namespace(localns: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -222,9 +220,7 @@ def resolve_annotations(func: Callable[..., Any], namespace: Mapping[str, Any]) 
         ) from exc
 
 
-# ---------------------------------------------------------------------------------------
-# 5.5.2 Classifying parameters
-# ---------------------------------------------------------------------------------------
+# --- 5.5.2 Classifying parameters --------------------------------------------------------
 
 
 def classify_parameters(
@@ -379,9 +375,7 @@ def _is_event_class(candidate: Any) -> bool:
     return isinstance(candidate, type) and issubclass(candidate, Event)
 
 
-# ---------------------------------------------------------------------------------------
-# 5.5.3 Combining event parameters
-# ---------------------------------------------------------------------------------------
+# --- 5.5.3 Combining event parameters ----------------------------------------------------
 
 
 def combine_event_parameters(
@@ -414,9 +408,7 @@ def combine_event_parameters(
     return [slot_type for _, slot_type in slots], slots[0][0], slots
 
 
-# ---------------------------------------------------------------------------------------
-# 5.5.4 Return annotations
-# ---------------------------------------------------------------------------------------
+# --- 5.5.4 Return annotations ------------------------------------------------------------
 
 
 def flatten_return_annotation(step: str, annotation: Any) -> ReturnShape:
@@ -456,9 +448,7 @@ def _flatten_into(step: str, annotation: Any, flat: list[Any]) -> None:
         flat.append(annotation)
 
 
-# ---------------------------------------------------------------------------------------
-# Small type helpers
-# ---------------------------------------------------------------------------------------
+# --- Small type helpers ------------------------------------------------------------------
 
 
 def _is_union(annotation: Any) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import ItemsView, Iterator, KeysView, ValuesView
 from datetime import datetime
 from enum import Enum
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, ClassVar, Optional
 
 from pydantic import (
     BaseModel,
@@ -81,28 +81,73 @@ class DictLikeModel(BaseModel):
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
-    _data: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    # ``_data`` (and ``StopEvent._result``) live in ``__pydantic_private__`` but are not
+    # declared with ``PrivateAttr``: pydantic re-initializes declared private attributes
+    # once per class in the MRO on every instantiation, which made building an event
+    # ~10x slower than building a plain model.  They are handled by hand instead.
+    _manual_private: ClassVar[dict[str, Any]] = {"_data": None}
+
+    def _priv(self) -> dict[str, Any]:
+        private = self.__pydantic_private__
+        if private is None:
+            private = {}
+            object.__setattr__(self, "__pydantic_private__", private)
+        return private
+
+    def _dyn(self) -> dict[str, Any]:
+        """The dynamic-field dict, created on first use (so every path gets one)."""
+        private = self._priv()
+        data = private.get("_data")
+        if data is None:
+            data = private["_data"] = {}
+        return data  # type: ignore[no-any-return]
 
     def __init__(self, **params: Any) -> None:
+        declared = type(self).model_fields
+        if all(key in declared for key in params):
+            super().__init__(**params)
+            return
         fields: dict[str, Any] = {}
         private: dict[str, Any] = {}
         dynamic: dict[str, Any] = {}
-        declared = type(self).model_fields
         privates = type(self).__private_attributes__
+        manual = type(self)._manual_private
         for key, value in params.items():
             if key in declared:
                 fields[key] = value
-            elif key in privates:
+            elif key in privates or key in manual:
                 private[key] = value
             else:
                 dynamic[key] = value
         super().__init__(**fields)
         data = private.pop("_data", None)
         if data is not None:
-            self._data = dict(data)
+            self._priv()["_data"] = dict(data)
         for key, value in private.items():
             setattr(self, key, value)
-        self._data.update(dynamic)
+        if dynamic:
+            self._dyn().update(dynamic)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented if not isinstance(other, BaseModel) else False
+        assert isinstance(other, DictLikeModel)
+        return bool(
+            self.__dict__ == other.__dict__
+            and self._normalized_private() == other._normalized_private()
+        )
+
+    def _normalized_private(self) -> dict[str, Any]:
+        private = dict(self.__pydantic_private__ or {})
+        for name, default in type(self)._manual_private.items():
+            if name == "_data":
+                private["_data"] = private.get("_data") or {}
+            else:
+                private.setdefault(name, default)
+        return private
+
+    __hash__ = None  # type: ignore[assignment]
 
     @classmethod
     def model_validate(
@@ -129,7 +174,7 @@ class DictLikeModel(BaseModel):
                 context=context,
             )
             cls._restore_extra(model, rest)
-            model._data.update(data)
+            model._dyn().update(data)
             return model
         return super().model_validate(
             obj, strict=strict, from_attributes=from_attributes, context=context
@@ -142,7 +187,7 @@ class DictLikeModel(BaseModel):
             if key in cls.__private_attributes__:
                 setattr(model, key, value)
             else:
-                model._data[key] = value
+                model._dyn()[key] = value
 
     def __copy__(self) -> Self:
         """A shallow copy with its own dynamic-field dict (values are shared).
@@ -151,17 +196,25 @@ class DictLikeModel(BaseModel):
         (``get_state()`` hands out copies) would leak into the original.
         """
         clone = super().__copy__()
-        clone._data = dict(self._data)
+        private = dict(clone.__pydantic_private__ or {})
+        private["_data"] = dict(self._dyn())
+        object.__setattr__(clone, "__pydantic_private__", private)
         return clone
 
     @model_serializer(mode="wrap")
     def _dump_with_data(self, handler: Any) -> Any:
         dumped = handler(self)
-        if isinstance(dumped, dict) and self._data:
-            dumped["_data"] = dict(self._data)
+        data = self._dyn()
+        if isinstance(dumped, dict) and data:
+            dumped["_data"] = dict(data)
         return dumped
 
     def __getattr__(self, name: str) -> Any:
+        manual = type(self)._manual_private
+        if name in manual:
+            if name == "_data":
+                return self._dyn()
+            return self._priv().get(name, manual[name])
         if not name.startswith("__"):
             try:
                 return super().__getattr__(name)  # type: ignore[misc]
@@ -171,52 +224,55 @@ class DictLikeModel(BaseModel):
                 data = object.__getattribute__(self, "__pydantic_private__")
             except AttributeError:
                 data = None
-            if data is not None and name in data.get("_data", {}):
-                return data["_data"][name]
+            dynamic = data.get("_data") if data is not None else None
+            if dynamic is not None and name in dynamic:
+                return dynamic[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in type(self).model_fields or name in type(self).__private_attributes__:
+        if name in type(self)._manual_private:
+            self._priv()[name] = value
+        elif name in type(self).model_fields or name in type(self).__private_attributes__:
             super().__setattr__(name, value)
         elif isinstance(getattr(type(self), name, None), property):
             object.__setattr__(self, name, value)
         else:
-            self._data[name] = value
+            self._dyn()[name] = value
 
     def __getitem__(self, key: str) -> Any:
-        return self._data[key]
+        return self._dyn()[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        self._data[key] = value
+        self._dyn()[key] = value
 
     def get(self, key: str, default: Any = None) -> Any:
         """The dynamic field ``key``, or ``default``."""
-        return self._data.get(key, default)
+        return self._dyn().get(key, default)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._data
+        return key in self._dyn()
 
     def keys(self) -> KeysView[str]:
         """The names of the dynamic fields."""
-        return self._data.keys()
+        return self._dyn().keys()
 
     def values(self) -> ValuesView[Any]:
         """The values of the dynamic fields."""
-        return self._data.values()
+        return self._dyn().values()
 
     def items(self) -> ItemsView[str, Any]:
         """The dynamic fields as ``(name, value)`` pairs."""
-        return self._data.items()
+        return self._dyn().items()
 
     def __len__(self) -> int:
-        return len(self._data)
+        return len(self._dyn())
 
     def __iter__(self) -> Iterator[str]:  # type: ignore[override]
-        return iter(self._data)
+        return iter(self._dyn())
 
     def to_dict(self) -> dict[str, Any]:
         """The dynamic-field dict itself (not a copy)."""
-        return self._data
+        return self._dyn()
 
     def __bool__(self) -> bool:
         return True
@@ -233,11 +289,12 @@ class StartEvent(Event):
 class StopEvent(Event):
     """Returned by a step to end the run; ``result`` becomes the run's result."""
 
-    _result: Any = PrivateAttr(default=None)
+    _manual_private: ClassVar[dict[str, Any]] = {"_data": None, "_result": None}
 
     def __init__(self, result: Any = None, **params: Any) -> None:
         super().__init__(**params)
-        self._result = result
+        if result is not None:
+            self._priv()["_result"] = result
 
     @classmethod
     def model_validate(cls, obj: Any, **kwargs: Any) -> Any:
@@ -262,14 +319,15 @@ class StopEvent(Event):
     def _dump_with_result(self, handler: Any) -> Any:
         dumped = handler(self)
         if isinstance(dumped, dict):
-            if self._data:
-                dumped["_data"] = dict(self._data)
+            data = self._dyn()
+            if data:
+                dumped["_data"] = dict(data)
             if self._result is not None and "result" not in type(self).model_fields:
                 dumped["result"] = self._result
         return dumped
 
     def __repr__(self) -> str:
-        parts = [f"{k}={v!r}" for k, v in self._data.items()]
+        parts = [f"{k}={v!r}" for k, v in self._dyn().items()]
         parts += [f"{k}={v!r}" for k, v in self.model_dump().items() if k != "_data"]
         return f"{type(self).__name__}({', '.join(parts)})"
 

@@ -137,9 +137,7 @@ class ResourceDefinition(BaseModel):
     type_annotation: Any
 
 
-# ---------------------------------------------------------------------------------------
-# Resource(factory)
-# ---------------------------------------------------------------------------------------
+# --- Resource(factory) -------------------------------------------------------------------
 
 
 class _Resource:
@@ -218,6 +216,9 @@ def Resource(
     is ``"workflow"`` (one value per Workflow instance) or ``"run"`` (one per run);
     ``cache=False`` gives a new value per invocation.  An unknown scope, or
     ``scope="run"`` with ``cache=False``, raises ``ValueError``.
+
+    Sync factories run on the event-loop thread: blocking I/O belongs in ``async``
+    factories, or it stalls every run of the loop while it waits.
     """
     return _Resource(factory, cache, scope)
 
@@ -227,9 +228,7 @@ def _factory_name(factory: Any) -> str:
     return qualname if isinstance(qualname, str) else type(factory).__name__
 
 
-# ---------------------------------------------------------------------------------------
-# ResourceConfig(config_file)
-# ---------------------------------------------------------------------------------------
+# --- ResourceConfig(config_file) ---------------------------------------------------------
 
 
 class _ResourceConfig:
@@ -357,9 +356,7 @@ def _load_config_section(absolute_path: str, path_selector: str | None) -> Any:
 _MISSING: Any = object()
 
 
-# ---------------------------------------------------------------------------------------
-# Factory introspection
-# ---------------------------------------------------------------------------------------
+# --- Factory introspection ---------------------------------------------------------------
 
 
 def _factory_dependencies(
@@ -448,9 +445,7 @@ def _resource_declaration(annotation: Any) -> tuple[Any, ResourceDescriptor] | N
     return None
 
 
-# ---------------------------------------------------------------------------------------
-# ResourceManager
-# ---------------------------------------------------------------------------------------
+# --- ResourceManager ---------------------------------------------------------------------
 
 
 class _Identity:

@@ -513,7 +513,9 @@ def test_unknown_descriptors_are_not_drawn() -> None:
             return []
 
     definition = ResourceDefinition.model_construct(
-        name="c", resource=Custom(), type_annotation=int
+        name="c",
+        resource=Custom(),  # type: ignore[arg-type]  # deliberately not a full descriptor
+        type_annotation=int,
     )
     graph = get_workflow_representation(workflow_class("W", _with_resources(definition)))
     assert _ids(graph) == ["a", "StartEvent", "StopEvent"]

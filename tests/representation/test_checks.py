@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
@@ -558,3 +558,50 @@ def test_single_finding_message_says_one_problem() -> None:
         check_graph("tests.Flow", unreached, StartEvent, set())
     assert "(1 problem)" in str(info.value).splitlines()[0]
     assert "'z'" in str(info.value)
+
+
+# --- with the real decorators ----------------------------------------------------------
+
+
+def test_validate_steps_on_real_decorated_steps() -> None:
+    from tickwork.collect import Collect, Take
+    from tickwork.decorators import catch_error
+    from tickwork.decorators import step as real_step
+    from tickwork.representation.build import discover_step_functions
+
+    class Flow:
+        @real_step
+        async def split(self, ev: StartEvent) -> list[Item]:
+            return [Item()]
+
+        @real_step
+        async def work(self, ev: Item) -> Result:
+            return Result()
+
+        @real_step
+        async def gather(self, results: Annotated[list[Result], Collect(Take(2))]) -> StopEvent:
+            return StopEvent()
+
+        @catch_error(for_steps=["work"])
+        async def recover(self, ev: StepFailedEvent) -> Result | None:
+            return None
+
+    found = discover_step_functions(Flow)
+    assert list(found) == ["gather", "recover", "split", "work"]
+    assert validate_steps("tests.Flow", found, StartEvent, set()) is False
+    plan = compute_stream_bindings(found, StartEvent)
+    (binding,) = plan.bindings_by_producer["split"]
+    assert (binding.target, binding.element_types) == ("gather", (Result,))
+    assert binding.policy == Collect(Take(2))
+
+    class Broken:
+        @real_step
+        async def start(self, ev: StartEvent) -> Result | None:
+            return None
+
+        @real_step
+        async def gather(self, results: list[Result]) -> StopEvent:
+            return StopEvent()
+
+    with pytest.raises(WorkflowValidationError, match="'results'"):
+        validate_steps("tests.Broken", discover_step_functions(Broken), StartEvent, set())

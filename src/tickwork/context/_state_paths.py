@@ -193,7 +193,7 @@ def _model_with_child(model: BaseModel, segment: str, value: Any, path: str) -> 
     # original, which is right when the path goes through a declared field.
     clone = BaseModel.__copy__(model)
     if isinstance(model, DictLikeModel) and _is_dynamic_key(model, segment):
-        clone.__pydantic_private__["_data"] = {**model._data, segment: value}  # type: ignore[index]
+        clone._priv()["_data"] = {**model._data, segment: value}
         return clone
     _assign(clone, segment, value, path)
     return clone

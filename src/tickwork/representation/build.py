@@ -138,6 +138,8 @@ class _GraphBuilder:
             )
 
     def _add_event(self, event_type: type[Event]) -> None:
+        if event_type.__name__ in self._node_ids:
+            return  # same-named classes collide into the first one's node (api.md §16.2)
         node = WorkflowEventNode(
             id=event_type.__name__,
             label=event_type.__name__,
@@ -179,8 +181,9 @@ class _GraphBuilder:
         return sources
 
     def _add_resource(self, descriptor: Any, type_annotation: Any, parent: str, param: str) -> None:
-        """Add the node of ``descriptor``, the edge ``parent → node`` labelled ``param``,
-        then, depth-first, the dependencies of a node seen for the first time.
+        """Add ``descriptor``'s node and the edge ``parent → node`` labelled ``param``.
+
+        A node seen for the first time is followed depth-first into its dependencies.
 
         Descriptors that are neither a ``Resource`` nor a ``ResourceConfig`` (third-party
         implementations of ``ResourceDescriptor``) are not drawn.

@@ -365,7 +365,7 @@ def _reachability(
         GraphFinding(
             check="reachability",
             message=f"step(s) {steps} can never run: no path leads to them from "
-            f"{start_event_class.__name__}.",
+            f"{start_event_class.__name__}, a HumanResponseEvent or a @catch_error handler.",
             hint="return the event these steps accept from a reachable step (annotate "
             "`-> Foo | None` for events sent with ctx.send_event), remove the steps, or "
             'opt a step out with @step(skip_graph_checks=["reachability"]).',

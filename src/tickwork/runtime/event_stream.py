@@ -56,7 +56,7 @@ class EventStream:
         self._items: list[Any] = []
         self._cursor = 0
         self._closed = False
-        self._changed = anyio.Event()
+        self._changed: anyio.Event | None = None
         self.consumed = False
         self.terminal_event: StopEvent | None = None
 
@@ -73,8 +73,9 @@ class EventStream:
         self._wake()
 
     def _wake(self) -> None:
-        changed, self._changed = self._changed, anyio.Event()
-        changed.set()
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
 
     @property
     def drained(self) -> bool:
@@ -86,6 +87,8 @@ class EventStream:
         while self._cursor >= len(self._items):
             if self._closed:
                 return False, None
+            if self._changed is None:
+                self._changed = anyio.Event()
             await self._changed.wait()
         item = self._items[self._cursor]
         self._items[self._cursor] = None

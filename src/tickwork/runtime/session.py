@@ -15,8 +15,7 @@ import logging
 import sys
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -250,11 +249,11 @@ class RunSession:
         )
         return values
 
-    @contextmanager
-    def entering_step(self, ctx: Any) -> Iterator[None]:
-        """Make ``ctx`` what ``Context.get_step_context()`` returns (weakly)."""
-        token = _CURRENT_STEP_CONTEXT.set(weakref.ref(ctx))
-        try:
-            yield
-        finally:
-            _CURRENT_STEP_CONTEXT.reset(token)
+    @staticmethod
+    def enter_step(ctx: Any) -> None:
+        """Make ``ctx`` what ``Context.get_step_context()`` returns (weakly).
+
+        Each invocation runs in its own task with its own copy of the contextvars, so
+        the value never needs resetting.
+        """
+        _CURRENT_STEP_CONTEXT.set(weakref.ref(ctx))

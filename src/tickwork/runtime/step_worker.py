@@ -97,9 +97,9 @@ async def _run_body(session: RunSession, invocation: Invocation, scope: StepScop
     config = fn._step_config  # type: ignore[attr-defined]
     spec = session.config.steps[invocation.step]
     ctx = session.make_step_context(scope)
-    with session.entering_step(ctx):
-        kwargs = await _bind_arguments(session, invocation, config, ctx)
-        value = await _call_body(session, spec, fn, kwargs)
+    session.enter_step(ctx)
+    kwargs = await _bind_arguments(session, invocation, config, ctx)
+    value = await _call_body(session, spec, fn, kwargs)
     check_return_value(spec, value)
     return value
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from tickwork.runtime.types.evolve import evolve as replace
 from typing import Any
 
 from tickwork.errors import WorkflowCancelledByUser, WorkflowTimeoutError

@@ -254,19 +254,17 @@ class _Loop:
     # -- commands ------------------------------------------------------------------
 
     def _run_worker(self, command: RunWorker) -> None:
-        invocation = command.invocation
-        scope = anyio.CancelScope()
-        self.workers[invocation.invocation_id] = scope
         assert self.task_group is not None
-        self.adapter.spawn_context.run(
-            self.task_group.start_soon, self._worker, invocation, scope
-        )
+        self.adapter.spawn_context.run(self.task_group.start_soon, self._worker, command.invocation)
 
-    async def _worker(self, invocation: Invocation, scope: anyio.CancelScope) -> None:
-        with scope:
+    async def _worker(self, invocation: Invocation) -> None:
+        """Run one invocation in its own cancel scope, then post its result."""
+        inv_id = invocation.invocation_id
+        with anyio.CancelScope() as scope:
+            self.workers[inv_id] = scope
             outcome = await self.adapter.run_step(invocation, self.post)
-            self.post(StepResult(time.time(), invocation.step, invocation.invocation_id, outcome))
-        self.workers.pop(invocation.invocation_id, None)
+            self.post(StepResult(time.time(), invocation.step, inv_id, outcome))
+        self.workers.pop(inv_id, None)
 
     def _cancel_worker(self, command: CancelWorker) -> None:
         scope = self.workers.pop(command.invocation_id, None)
