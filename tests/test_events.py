@@ -118,7 +118,7 @@ def test_dynamic_fields_are_attributes_and_items() -> None:
 
 
 def test_missing_attribute_error_names_class_and_attribute() -> None:
-    with pytest.raises(AttributeError, match="StartEvent.*nope"):
+    with pytest.raises(AttributeError, match=r"StartEvent.*nope"):
         _ = StartEvent().nope
 
 
@@ -390,9 +390,7 @@ def test_non_exception_classes_are_not_rebuilt() -> None:
     base_only = _reloaded_error(
         {"exception_type": "builtins.KeyboardInterrupt", "exception_message": "stop"}
     )
-    not_an_error = _reloaded_error(
-        {"exception_type": f"{__name__}.Task", "exception_message": "x"}
-    )
+    not_an_error = _reloaded_error({"exception_type": f"{__name__}.Task", "exception_message": "x"})
     assert type(base_only) is UnreconstructedException
     assert type(not_an_error) is UnreconstructedException
 

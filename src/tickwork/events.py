@@ -17,7 +17,6 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
-    PrivateAttr,
     WithJsonSchema,
     model_serializer,
 )
@@ -98,10 +97,10 @@ class DictLikeModel(BaseModel):
     def _dyn(self) -> dict[str, Any]:
         """The dynamic-field dict, created on first use (so every path gets one)."""
         private = self._priv()
-        data = private.get("_data")
+        data: dict[str, Any] | None = private.get("_data")
         if data is None:
             data = private["_data"] = {}
-        return data  # type: ignore[no-any-return]
+        return data
 
     def __init__(self, **params: Any) -> None:
         declared = type(self).model_fields

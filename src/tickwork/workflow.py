@@ -288,7 +288,7 @@ class Workflow(metaclass=WorkflowMeta):
         if self._run_config is None or self._run_config_version != version:
             self._step_table = self._get_steps()
             self._run_config = build_run_config(
-                self.workflow_name, self._step_table, self._timeout
+                self.workflow_name, self._step_table, self._timeout, self._start_event_class
             )
             self._run_config_version = version
         return self._run_config

@@ -339,7 +339,9 @@ def test_nested_event_fields_honour_the_allow_list() -> None:
 
 
 def test_nested_exceptions_outside_the_allow_list_are_unreconstructed() -> None:
-    text = JsonSerializer().serialize(WorkflowFailedEvent(step_name="s", exception=ReportedError("r")))
+    text = JsonSerializer().serialize(
+        WorkflowFailedEvent(step_name="s", exception=ReportedError("r"))
+    )
     restored = JsonSerializer(allowed_types=[]).deserialize(text)
     assert type(restored.exception) is UnreconstructedException
     assert restored.exception.original_type == f"{__name__}.ReportedError"

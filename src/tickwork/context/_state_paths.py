@@ -66,11 +66,13 @@ def _list_index(segment: str, length: int) -> int:
 
 def _is_dynamic_key(model: BaseModel, segment: str) -> bool:
     """Whether ``segment`` names a dynamic field slot (neither declared nor private)."""
+    if not isinstance(model, DictLikeModel):
+        return False
     cls = type(model)
     return (
-        isinstance(model, DictLikeModel)
-        and segment not in cls.model_fields
+        segment not in cls.model_fields
         and segment not in cls.__private_attributes__
+        and segment not in cls._manual_private
     )
 
 
@@ -189,12 +191,14 @@ def _with_child(container: Any, segment: str, value: Any, path: str) -> Any:
 def _model_with_child(model: BaseModel, segment: str, value: Any, path: str) -> BaseModel:
     """A shallow copy of ``model`` with ``segment`` set; the dynamic dict is copied only
     when the segment is a dynamic key (it is then on the path)."""
-    # BaseModel.__copy__ (not the DictLikeModel override) shares ``_data`` with the
-    # original, which is right when the path goes through a declared field.
-    clone = BaseModel.__copy__(model)
     if isinstance(model, DictLikeModel) and _is_dynamic_key(model, segment):
-        clone._priv()["_data"] = {**model._data, segment: value}
-        return clone
+        # BaseModel.__copy__ (not the DictLikeModel override, which copies ``_data``) so
+        # that ``_data`` is copied exactly once, here.
+        dynamic_clone = BaseModel.__copy__(model)
+        dynamic_clone._priv()["_data"] = {**model._data, segment: value}
+        return dynamic_clone
+    # A declared field is on the path, so ``_data`` is shared with the original.
+    clone = BaseModel.__copy__(model)
     _assign(clone, segment, value, path)
     return clone
 

@@ -10,7 +10,9 @@ from collections.abc import Callable, Mapping
 from types import NoneType
 from typing import Any
 
-from tickwork.runtime.types.state import RunConfig, StepSpec
+from tickwork.collect import Take
+from tickwork.representation.streams import compute_stream_bindings
+from tickwork.runtime.types.state import BindingSpec, RunConfig, StepSpec
 
 __all__ = ["build_run_config", "step_spec"]
 
@@ -67,16 +69,45 @@ def _catch_error_owners(steps: Mapping[str, Any]) -> dict[str, str]:
     return owners
 
 
+def _binding_specs(
+    step_functions: Mapping[str, Callable[..., Any]], start_event_class: type | None
+) -> dict[str, tuple[BindingSpec, ...]]:
+    plan = compute_stream_bindings(step_functions, start_event_class)
+    out: dict[str, tuple[BindingSpec, ...]] = {}
+    for producer, bindings in plan.bindings_by_producer.items():
+        specs = []
+        for binding in bindings:
+            target_cfg = step_functions[binding.target]._step_config  # type: ignore[attr-defined]
+            cardinality = binding.policy.cardinality
+            specs.append(
+                BindingSpec(
+                    binding_id=binding.binding_id,
+                    producer=producer,
+                    target=binding.target,
+                    element_types=tuple(binding.element_types),
+                    subclass_mode=bool(target_cfg.accept_event_subclasses),
+                    take=cardinality.n if isinstance(cardinality, Take) else None,
+                    cancel_rest=isinstance(cardinality, Take) and cardinality.cancel_rest,
+                )
+            )
+        out[producer] = tuple(specs)
+    return out
+
+
 def build_run_config(
     workflow_name: str,
     step_functions: Mapping[str, Callable[..., Any]],
     timeout: float | None,
+    start_event_class: type | None = None,
 ) -> RunConfig:
     """The immutable config shared by every run of a workflow instance."""
     configs = {name: fn._step_config for name, fn in step_functions.items()}  # type: ignore[attr-defined]
+    bindings = _binding_specs(step_functions, start_event_class)
     return RunConfig(
         workflow_name=workflow_name,
         steps={name: step_spec(name, cfg) for name, cfg in configs.items()},
         timeout=timeout,
         catch_error_owner=_catch_error_owners(configs),
+        bindings_by_producer=bindings,
+        bindings_by_id={b.binding_id: b for specs in bindings.values() for b in specs},
     )

@@ -30,7 +30,7 @@ async def iterate_journal(session: RunSession) -> AsyncIterator[JournalRecord]:
         while index < len(session.journal):
             tick, seq = session.journal[index]
             index += 1
-            yield JournalRecord(seq=seq, data=encode_tick(tick, session.serializer))
+            yield JournalRecord(seq=seq, data=encode_tick(tick, session.workflow.serializer))
         if not session.live:
             return
         with anyio.move_on_after(0.05):

@@ -56,7 +56,9 @@ class ReducerKit:
         self.run_id = run_id
         self.now = now
         steps = workflow._get_steps()
-        self.config = build_run_config(workflow.workflow_name, steps, workflow._timeout)
+        self.config = build_run_config(
+            workflow.workflow_name, steps, workflow._timeout, workflow.start_event_class
+        )
         self.state: RunState = initial_state(self.config)
         self.ticks: list[Tick] = []
         self.commands: list[Command] = []

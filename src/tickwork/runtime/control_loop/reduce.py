@@ -13,19 +13,34 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
 from tickwork.runtime.types.evolve import evolve as replace
 from typing import Any
 
-from tickwork.errors import WorkflowCancelledByUser, WorkflowTimeoutError
+from tickwork.errors import WorkflowCancelledByUser, WorkflowRuntimeError, WorkflowTimeoutError
 from tickwork.events import (
+    CollectionReleaseEvent,
     InputRequiredEvent,
+    StepFailedEvent,
     StopEvent,
     UnhandledEvent,
     WorkflowCancelledEvent,
     WorkflowIdleEvent,
     WorkflowTimedOutEvent,
 )
-from tickwork.runtime.control_loop.streams import commit_collect_ops
+from tickwork.runtime.control_loop.streams import (
+    AccountingError,
+    Release,
+    Settlement,
+    add_open_work,
+    buffer_member,
+    close_stream,
+    commit_collect_ops,
+    nearest_binding,
+    open_stream,
+    release_key,
+    settle,
+)
 from tickwork.runtime.types.commands import (
     CancelWorker,
     Command,
@@ -49,7 +64,8 @@ from tickwork.runtime.types.state import (
     Waiter,
     WorkItem,
 )
-from tickwork.runtime.types.step_id import invocation_id, work_item_id
+from tickwork.runtime.types.persistent import PMap, PQueue
+from tickwork.runtime.types.step_id import invocation_id, stream_id, work_item_id
 from tickwork.runtime.types.ticks import (
     AddEvent,
     CancelRun,
@@ -79,11 +95,12 @@ def initial_state(config: Any) -> RunState:
 class _Tx:
     """The accumulator of one reduction: changed steps, changed fields, commands."""
 
-    __slots__ = ("base", "commands", "fields", "now", "steps")
+    __slots__ = ("base", "commands", "fields", "now", "steps", "touched_streams")
 
     def __init__(self, base: RunState, now: float) -> None:
         self.base = base
         self.now = now
+        self.touched_streams: set[str] = set()
         self.steps: dict[str, StepRunState] = {}
         self.fields: dict[str, Any] = {}
         self.commands: list[Command] = []
@@ -146,6 +163,8 @@ def reduce(state: RunState, tick: Tick) -> tuple[RunState, list[Command]]:
         _accrue_alive_time(tx)
     processor = _PROCESSORS[type(tick)]
     processor(tx, tick)
+    if tx.touched_streams:
+        _close_finished_streams(tx)
     _schedule_idle_check_if_quiescent(tx, tick)
     return tx.commit(), tx.commands
 
@@ -319,17 +338,24 @@ def _deliver_event(
     target: str | None,
     recovery_counts: Mapping[str, int],
     scope_path: tuple[str, ...],
-) -> None:
-    """Resolve waiters, then route ``event`` to every accepting step (or ``target``)."""
+) -> int:
+    """Resolve waiters, then route ``event`` to every accepting step (or ``target``).
+
+    Returns the number of new open work items this created in the event's stream
+    (dispatched or queued work items; buffered arrivals and woken waiters count 0).
+    """
     woken = _resolve_waiters(tx, event)
     delivered = bool(woken)
+    opened = 0
     routes = (target,) if target is not None else tx.base.config.routes_for(type(event))
     for step in routes:
         if step in woken:
             continue
-        delivered = _route_to_step(tx, step, event, recovery_counts, scope_path) or delivered
+        opened += _route_to_step(tx, step, event, recovery_counts, scope_path)
+        delivered = True
     if not delivered:
         _publish_unhandled(tx, event, target)
+    return opened
 
 
 def _route_to_step(
@@ -338,14 +364,14 @@ def _route_to_step(
     event: Any,
     recovery_counts: Mapping[str, int],
     scope_path: tuple[str, ...],
-) -> bool:
-    """Deliver one event to one step as a new work item (or a join arrival)."""
+) -> int:
+    """Deliver one event to one step; returns the open work items it created (0 or 1)."""
     spec = tx.spec(step)
     if spec.kind == "collect":
-        return _ignore_for_collect_step(tx, step, event)
+        _arrive_at_collect_step(tx, step, event, scope_path)
+        return 0
     if spec.kind == "join":
-        _arrive_at_join(tx, step, event, recovery_counts, scope_path)
-        return True
+        return _arrive_at_join(tx, step, event, recovery_counts, scope_path)
     item = WorkItem(
         work_item_id=tx.mint_work_item(),
         step=step,
@@ -354,18 +380,51 @@ def _route_to_step(
         recovery_counts=recovery_counts,
     )
     _dispatch_or_queue(tx, step, item)
-    return True
+    return 1
 
 
-def _ignore_for_collect_step(tx: _Tx, step: str, event: Any) -> bool:
-    """A ``list[E]`` step only collects members of a fan-out stream."""
-    _log.warning(
-        "%s was sent outside any fan-out stream; the list[E] step %r only collects "
-        "members of a stream and ignores it",
-        type(event).__name__,
-        step,
+def _arrive_at_collect_step(
+    tx: _Tx, step: str, event: Any, scope_path: tuple[str, ...]
+) -> None:
+    """Buffer a stream member for the nearest enclosing stream bound to ``step``."""
+    config = tx.base.config
+    found = nearest_binding(
+        tx.get("streams"), scope_path, config.bindings_by_producer, step, type(event)
     )
-    return True
+    if found is None:
+        _log.warning(
+            "%s reached the list[E] step %r outside any fan-out stream bound to it; "
+            "list[E] steps only collect members of a stream, so it is ignored",
+            type(event).__name__,
+            step,
+        )
+        return
+    stream_id, binding = found
+    streams, releases, release = buffer_member(
+        tx.get("streams"), tx.get("releases"), stream_id, binding, event
+    )
+    tx.set("streams", streams)
+    tx.set("releases", releases)
+    if release is not None:
+        _dispatch_release(tx, release)
+        if binding.cancel_rest:
+            _cut_stream(tx, stream_id)
+
+
+def _dispatch_release(tx: _Tx, release: Release) -> None:
+    """A binding fired: its batch is a work item of the target step, in the parent scope."""
+    event = CollectionReleaseEvent(
+        events=list(release.events),
+        stream_id=release.stream_id,
+        binding_id=release.binding.binding_id,
+    )
+    item = WorkItem(
+        work_item_id=f"work_item_collect_{release.stream_id}:{release.binding.binding_id}",
+        step=release.binding.target,
+        event=event,
+        scope_path=release.output_scope_path,
+    )
+    _dispatch_or_queue(tx, release.binding.target, item)
 
 
 def _arrive_at_join(
@@ -374,7 +433,7 @@ def _arrive_at_join(
     event: Any,
     recovery_counts: Mapping[str, int],
     scope_path: tuple[str, ...],
-) -> None:
+) -> int:
     """Buffer a multi-slot arrival; dispatch the join when a batch is complete."""
     spec = tx.spec(step)
     current = tx.step(step)
@@ -382,7 +441,7 @@ def _arrive_at_join(
     assignment = _assign_slots(spec, buffer)
     if assignment is None:
         tx.put_step(step, replace(current, join_buffer=buffer))
-        return
+        return 0
     used = {id(ev) for ev in assignment.values()}
     rest = tuple(ev for ev in buffer if id(ev) not in used)
     tx.put_step(step, replace(current, join_buffer=rest))
@@ -395,6 +454,7 @@ def _arrive_at_join(
         recovery_counts=recovery_counts,
     )
     _dispatch_or_queue(tx, step, item)
+    return 1
 
 
 def _assign_slots(spec: StepSpec, buffer: tuple[Any, ...]) -> dict[str, Any] | None:
@@ -639,34 +699,163 @@ def _rerun_stale_invocation(tx: _Tx, invocation: Invocation) -> None:
 
 
 def _apply_completion(tx: _Tx, invocation: Invocation, outcome: Completed) -> None:
-    """Publish NOT_RUNNING, then emit what the body returned."""
+    """Publish NOT_RUNNING, then emit what the body returned, then settle the item."""
     value = outcome.value
-    output_type = type(value[-1]) if isinstance(value, list) and value else type(value)
-    if isinstance(value, list) and not value:
-        output_type = type(None)
-    if isinstance(value, StopEvent):
-        _finish_invocation(tx, invocation, publish=True, output=output_type, has_output=True)
-        _complete_run(tx, value)
-        return
+    is_list = isinstance(value, list)
+    events: list[Any] = value if is_list else ([] if value is None else [value])
+    if is_list:
+        output_type = type(value[-1]) if value else type(None)
+    else:
+        output_type = type(value)
     _finish_invocation(tx, invocation, publish=True, output=output_type, has_output=True)
-    _delete_waiters(tx, invocation.step, invocation.item.work_item_id, None)
-    if outcome.deleted_waiters:
-        _delete_waiters(tx, invocation.step, invocation.item.work_item_id, outcome.deleted_waiters)
-    events = value if isinstance(value, list) else ([] if value is None else [value])
-    for event in events:
-        if isinstance(event, StopEvent):
-            _complete_run(tx, event)
-            return
+    stop = next((ev for ev in events if isinstance(ev, StopEvent)), None)
+    if stop is not None:
+        _complete_run(tx, stop)
+        return
+    item = invocation.item
+    _delete_waiters(tx, invocation.step, item.work_item_id, None)
+    if is_list and tx.spec(invocation.step).is_fan_out:
+        _fan_out(tx, invocation, events)
+        return
+    opened = _emit_events(tx, events, item.recovery_counts, item.scope_path)
+    if tx.live:
+        _settle(tx, item.scope_path, "completed", deliveries=opened)
+
+
+def _emit_events(
+    tx: _Tx,
+    events: list[Any],
+    recovery_counts: Mapping[str, int],
+    scope_path: tuple[str, ...],
+) -> int:
+    """Publish HITL requests and route each event; returns the work items opened."""
+    opened = 0
     for event in events:
         if isinstance(event, InputRequiredEvent):
             tx.emit(PublishEvent(event))
-        _deliver_event(tx, event, None, invocation.item.recovery_counts, invocation.item.scope_path)
+        opened += _deliver_event(tx, event, None, recovery_counts, scope_path)
+        if not tx.live:
+            break
+    return opened
+
+
+def _fan_out(tx: _Tx, invocation: Invocation, events: list[Any]) -> None:
+    """Open a stream for a returned list and deliver its elements inside it."""
+    item = invocation.item
+    seq = tx.get("stream_seq")
+    tx.set("stream_seq", seq + 1)
+    new_stream = stream_id(item.scope_path, invocation.step, seq)
+    bindings = tx.base.config.bindings_by_producer.get(invocation.step, ())
+    streams, releases = open_stream(
+        tx.get("streams"), tx.get("releases"), new_stream, invocation.step, item.scope_path,
+        bindings,
+    )
+    tx.set("streams", streams)
+    tx.set("releases", releases)
+    _settle(tx, item.scope_path, "fanned_out", new_bindings=len(bindings))
+    opened = _emit_events(tx, events, item.recovery_counts, (*item.scope_path, new_stream))
+    if tx.live:
+        _count_open_work(tx, new_stream, opened)
+
+
+def _settle(
+    tx: _Tx,
+    scope_path: tuple[str, ...],
+    kind: Settlement,
+    deliveries: int = 0,
+    new_bindings: int = 0,
+) -> None:
+    """Classify a finished execution in its innermost stream (top level: nothing).
+
+    A stream that was cut by ``Take(n, cancel_rest=True)`` while this item ran is gone,
+    and there is nothing left to account for.
+    """
+    if not scope_path or not tx.live or scope_path[-1] not in tx.get("streams"):
+        return
+    try:
+        tx.set("streams", settle(tx.get("streams"), scope_path[-1], kind, deliveries, new_bindings))
+    except AccountingError as error:
+        _fail_accounting(tx, scope_path[-1], error)
+        return
+    tx.touched_streams.add(scope_path[-1])
+
+
+def _count_open_work(tx: _Tx, stream: str, count: int) -> None:
+    tx.set("streams", add_open_work(tx.get("streams"), stream, count))
+    tx.touched_streams.add(stream)
+
+
+def _fail_accounting(tx: _Tx, stream: str, error: AccountingError) -> None:
+    """An impossible accounting state fails the run loudly instead of hanging it."""
+    state = tx.get("streams").get(stream)
+    source = state.source_step if state is not None else "<unknown>"
+    _fail_run(tx, source, WorkflowRuntimeError(str(error)), attempts=None, elapsed=None)
+
+
+def _close_finished_streams(tx: _Tx) -> None:
+    """Close every touched stream whose open work reached zero; fire its releases."""
+    pending = sorted(tx.touched_streams)
+    tx.touched_streams = set()
+    for stream in pending:
         if not tx.live:
             return
+        state = tx.get("streams").get(stream)
+        if state is None or state.open_work_items > 0:
+            continue
+        streams, releases, fired = close_stream(
+            tx.get("streams"), tx.get("releases"), stream, tx.base.config.bindings_by_id
+        )
+        tx.set("streams", streams)
+        tx.set("releases", releases)
+        for release in fired:
+            _dispatch_release(tx, release)
+
+
+def _cut_stream(tx: _Tx, stream: str) -> None:
+    """``Take(n, cancel_rest=True)``: drop and cancel the rest of ``stream`` (and nested).
+
+    Cost is O(queued + running + waiting work of the run), paid once per cut.
+    """
+    def inside(path: tuple[str, ...]) -> bool:
+        return stream in path
+
+    for step in tx.base.steps:
+        current = tx.step(step)
+        kept = [it for it in current.queue if not inside(it.scope_path)]
+        dropped = len(current.queue) - len(kept)
+        if dropped:
+            tx.put_step(step, replace(current, queue=PQueue.of(kept)))
+            tx.add("queued", -dropped)
+        for invocation in list(tx.step(step).in_progress.values()):
+            if inside(invocation.item.scope_path):
+                tx.emit(CancelWorker(invocation.invocation_id))
+                _finish_invocation(tx, invocation, publish=True, output=None)
+        for waiter in list(tx.step(step).waiters.values()):
+            if inside(waiter.item.scope_path):
+                _delete_waiters(tx, step, waiter.item.work_item_id, None)
+        _drain_queue(tx, step)
+    nested = [sid for sid, st in tx.get("streams").items() if stream in (*st.scope_path, sid)]
+    streams, releases = tx.get("streams"), tx.get("releases")
+    for sid in nested:
+        if sid == stream:
+            continue
+        for binding_id in tx.base.config.bindings_by_id:
+            releases = releases.delete(release_key(sid, binding_id))
+        streams = streams.delete(sid)
+    tx.set("streams", streams)
+    tx.set("releases", releases)
+    if stream in tx.get("streams"):
+        streams, releases, fired = close_stream(
+            tx.get("streams"), tx.get("releases"), stream, tx.base.config.bindings_by_id
+        )
+        tx.set("streams", streams)
+        tx.set("releases", releases)
+        for release in fired:
+            _dispatch_release(tx, release)
 
 
 def _apply_failure(tx: _Tx, invocation: Invocation, outcome: Failed) -> None:
-    """Retry the work item at the front of the queue, or fail the run."""
+    """Retry the work item, hand it to its ``@catch_error`` owner, or fail the run."""
     _finish_invocation(tx, invocation, publish=True, output=None)
     if outcome.deleted_waiters:
         _delete_waiters(tx, invocation.step, invocation.item.work_item_id, outcome.deleted_waiters)
@@ -675,13 +864,42 @@ def _apply_failure(tx: _Tx, invocation: Invocation, outcome: Failed) -> None:
         _queue_retry(tx, invocation, outcome)
         return
     first = item.first_attempt_at if item.first_attempt_at is not None else invocation.dispatched_at
-    _fail_run(
-        tx,
-        invocation.step,
-        outcome.exception,
-        attempts=item.attempts + 1,
-        elapsed=max(0.0, outcome.failed_at - first),
+    attempts = item.attempts + 1
+    elapsed = max(0.0, outcome.failed_at - first)
+    if _hand_to_catch_error(tx, invocation, outcome, attempts, elapsed):
+        return
+    _fail_run(tx, invocation.step, outcome.exception, attempts=attempts, elapsed=elapsed)
+
+
+def _hand_to_catch_error(
+    tx: _Tx, invocation: Invocation, outcome: Failed, attempts: int, elapsed: float
+) -> bool:
+    """Deliver a ``StepFailedEvent`` to the owning handler if its budget allows."""
+    owner = tx.base.config.catch_error_owner.get(invocation.step)
+    if owner is None:
+        return False
+    item = invocation.item
+    used = item.recovery_counts.get(owner, 0)
+    if used + 1 > tx.spec(owner).max_recoveries:
+        return False
+    _delete_waiters(tx, invocation.step, item.work_item_id, None)
+    failed = StepFailedEvent(
+        step_name=invocation.step,
+        input_event=item.event,
+        exception=outcome.exception,
+        attempts=attempts,
+        elapsed_seconds=elapsed,
+        failed_at=datetime.fromtimestamp(outcome.failed_at, tz=timezone.utc),
     )
+    handoff = WorkItem(
+        work_item_id=tx.mint_work_item(),
+        step=owner,
+        event=failed,
+        scope_path=item.scope_path,
+        recovery_counts={**item.recovery_counts, owner: used + 1},
+    )
+    _dispatch_or_queue(tx, owner, handoff)
+    return True
 
 
 def _queue_retry(tx: _Tx, invocation: Invocation, outcome: Failed) -> None:
@@ -717,6 +935,8 @@ def _cancel_all_workers(tx: _Tx, keep_records: bool) -> list[str]:
         tx.set("queued", 0)
         tx.set("running", 0)
         tx.set("waiter_index", {})
+        tx.set("streams", PMap())
+        tx.set("releases", PMap())
     return sorted(active)
 
 
@@ -798,7 +1018,34 @@ def _process_idle_check(tx: _Tx, tick: IdleCheck) -> None:
     """Publish ``WorkflowIdleEvent`` if the run is still quiescent."""
     tx.set("idle_check_pending", False)
     if tx.live and tx.get("queued") == 0 and tx.get("running") == 0:
+        if _fail_stuck_stream(tx):
+            return
         tx.emit(PublishEvent(WorkflowIdleEvent()))
+
+
+def _fail_stuck_stream(tx: _Tx) -> bool:
+    """At a confirmed idle point, fail the run if an open stream can never close."""
+    streams = tx.get("streams")
+    if not streams:
+        return False
+    waiting_paths = [
+        waiter.item.scope_path
+        for step in tx.base.steps
+        for waiter in tx.step(step).waiters.values()
+        if waiter.resolved_event is None
+    ]
+    for sid in sorted(streams.keys()):
+        if any(sid in path for path in waiting_paths):
+            continue
+        stream = streams[sid]
+        error = WorkflowRuntimeError(
+            f"the fan-out stream {sid} opened by step {stream.source_step!r} can never "
+            f"close: the run is idle with {stream.open_work_items} open work item(s) in it "
+            "and no waiter that could resume them"
+        )
+        _fail_run(tx, stream.source_step, error, attempts=None, elapsed=None)
+        return True
+    return False
 
 
 _PROCESSORS: dict[type, Callable[[_Tx, Any], None]] = {

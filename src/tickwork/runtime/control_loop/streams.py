@@ -1,4 +1,15 @@
-"""Collect-buffer accounting: pure functions over :class:`CollectBuffer` records.
+"""Stream and collect accounting: pure functions over the state's accounting records.
+
+Two kinds of accounting live here.
+
+**Fan-out streams** (api.md §21.1): a stream keeps an open-work counter.  Every finished
+execution of a work item inside a stream is classified exactly once by :func:`settle`
+(completed, fanned out, still live, absorbed), which moves the counter; arrivals at a
+``list[E]`` binding are buffered by :func:`buffer_member`; :func:`close_stream` fires
+the bindings that have not fired.  Firings are returned as :class:`Release` records for
+the reducer to dispatch.  A negative counter is reported, never hidden.
+
+**Collect buffers** (``ctx.collect_events``):
 
 ``ctx.collect_events`` decides inside the step, against the buffer view the invocation
 was dispatched with (:func:`decide_collect`).  When the result comes back, the reducer
@@ -11,13 +22,212 @@ This module never imports the reducer: it returns data, the reducer acts on it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from tickwork.runtime.types.persistent import PList
+from tickwork.runtime.types.persistent import PList, PMap
 from tickwork.runtime.types.results import CollectOp
-from tickwork.runtime.types.state import CollectBuffer
+from tickwork.runtime.types.state import BindingSpec, CollectBuffer, ReleaseState, StreamState
 
-__all__ = ["EMPTY_BUFFER", "commit_collect_ops", "decide_collect"]
+__all__ = [
+    "EMPTY_BUFFER",
+    "AccountingError",
+    "add_open_work",
+    "Release",
+    "Settlement",
+    "buffer_member",
+    "close_stream",
+    "commit_collect_ops",
+    "decide_collect",
+    "nearest_binding",
+    "open_stream",
+    "release_key",
+    "settle",
+]
+
+Streams = PMap[str, StreamState]
+Releases = PMap[str, ReleaseState]
+Settlement = Literal["completed", "fanned_out", "still_live", "absorbed"]
+
+
+class AccountingError(Exception):
+    """An impossible accounting state; the reducer turns it into a failed run."""
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A binding fired: dispatch ``events`` to ``binding.target`` in the parent scope."""
+
+    binding: BindingSpec
+    stream_id: str
+    events: tuple[Any, ...]
+    output_scope_path: tuple[str, ...]
+
+
+def release_key(stream_id: str, binding_id: str) -> str:
+    """The key of a binding's release state for one stream."""
+    return f"{stream_id}:{binding_id}"
+
+
+def open_stream(
+    streams: Streams,
+    releases: Releases,
+    stream_id: str,
+    source_step: str,
+    scope_path: tuple[str, ...],
+    bindings: Sequence[BindingSpec],
+) -> tuple[Streams, Releases]:
+    """Open a stream with a zero counter and one empty release state per binding."""
+    streams = streams.set(
+        stream_id,
+        StreamState(
+            stream_id, source_step, scope_path, 0, frozenset(b.binding_id for b in bindings)
+        ),
+    )
+    for binding in bindings:
+        releases = releases.set(
+            release_key(stream_id, binding.binding_id),
+            ReleaseState(binding.binding_id, stream_id),
+        )
+    return streams, releases
+
+
+def settle(
+    streams: Streams,
+    stream_id: str,
+    kind: Settlement,
+    deliveries: int = 0,
+    new_bindings: int = 0,
+) -> Streams:
+    """Classify one finished execution of a work item of ``stream_id``.
+
+    * ``completed``: its emitted events made ``deliveries`` deliveries: ``+deliveries-1``;
+    * ``fanned_out``: it became one pending release per binding: ``+new_bindings-1``;
+    * ``still_live``: it will be delivered again (retry, hand-off, waiter): ``0``;
+    * ``absorbed``: an arrival that was only buffered: ``-1``.
+
+    Raises :class:`AccountingError` when the stream is unknown or the counter would go
+    negative.
+    """
+    stream = streams.get(stream_id)
+    if stream is None:
+        raise AccountingError(f"stream {stream_id} is not open")
+    delta = {
+        "completed": deliveries - 1,
+        "fanned_out": new_bindings - 1,
+        "still_live": 0,
+        "absorbed": -1,
+    }[kind]
+    count = stream.open_work_items + delta
+    if count < 0:
+        raise AccountingError(
+            f"stream {stream_id} of step {stream.source_step!r} has a negative open-work "
+            f"count ({count}) after a {kind} work item"
+        )
+    return streams.set(
+        stream_id,
+        StreamState(
+            stream.stream_id,
+            stream.source_step,
+            stream.scope_path,
+            count,
+            stream.accepting_binding_ids,
+        ),
+    )
+
+
+def add_open_work(streams: Streams, stream_id: str, count: int) -> Streams:
+    """Count ``count`` new deliveries inside ``stream_id`` (elements of a new stream)."""
+    stream = streams.get(stream_id)
+    if stream is None:
+        raise AccountingError(f"stream {stream_id} is not open")
+    return streams.set(
+        stream_id,
+        StreamState(
+            stream.stream_id,
+            stream.source_step,
+            stream.scope_path,
+            stream.open_work_items + count,
+            stream.accepting_binding_ids,
+        ),
+    )
+
+
+def nearest_binding(
+    streams: Streams,
+    scope_path: tuple[str, ...],
+    bindings_by_producer: Mapping[str, tuple[BindingSpec, ...]],
+    target: str,
+    event_type: type,
+) -> tuple[str, BindingSpec] | None:
+    """The innermost enclosing stream bound to ``target`` that collects ``event_type``."""
+    for stream_id in reversed(scope_path):
+        stream = streams.get(stream_id)
+        if stream is None:
+            continue
+        for binding in bindings_by_producer.get(stream.source_step, ()):
+            if binding.target == target and binding.collects(event_type):
+                return stream_id, binding
+    return None
+
+
+def _fire(
+    streams: Streams, releases: Releases, stream: StreamState, binding: BindingSpec
+) -> tuple[Streams, Releases, Release]:
+    key = release_key(stream.stream_id, binding.binding_id)
+    state = releases[key]
+    events = state.buffer.to_list()
+    if binding.take is not None:
+        events = events[: binding.take]
+    releases = releases.set(key, ReleaseState(state.binding_id, state.stream_id, state.buffer, True))
+    streams = streams.set(
+        stream.stream_id,
+        StreamState(
+            stream.stream_id,
+            stream.source_step,
+            stream.scope_path,
+            stream.open_work_items,
+            stream.accepting_binding_ids - {binding.binding_id},
+        ),
+    )
+    return streams, releases, Release(binding, stream.stream_id, tuple(events), stream.scope_path)
+
+
+def buffer_member(
+    streams: Streams, releases: Releases, stream_id: str, binding: BindingSpec, event: Any
+) -> tuple[Streams, Releases, Release | None]:
+    """Buffer an arrival; fire a ``Take(n)`` binding on its ``n``-th member.
+
+    Arrivals after the binding fired are dropped.
+    """
+    key = release_key(stream_id, binding.binding_id)
+    state = releases.get(key)
+    if state is None or state.released:
+        return streams, releases, None
+    buffer = state.buffer.append(event)
+    releases = releases.set(key, ReleaseState(state.binding_id, stream_id, buffer, False))
+    if binding.take is not None and len(buffer) >= binding.take:
+        return _fire(streams, releases, streams[stream_id], binding)
+    return streams, releases, None
+
+
+def close_stream(
+    streams: Streams,
+    releases: Releases,
+    stream_id: str,
+    bindings_by_id: Mapping[str, BindingSpec],
+) -> tuple[Streams, Releases, list[Release]]:
+    """Fire every binding that has not fired yet, then forget the stream."""
+    stream = streams[stream_id]
+    fired: list[Release] = []
+    for binding_id in sorted(stream.accepting_binding_ids):
+        streams, releases, release = _fire(
+            streams, releases, streams[stream_id], bindings_by_id[binding_id]
+        )
+        fired.append(release)
+    for binding_id in bindings_by_id:
+        releases = releases.delete(release_key(stream_id, binding_id))
+    return streams.delete(stream_id), releases, fired
 
 EMPTY_BUFFER = CollectBuffer()
 

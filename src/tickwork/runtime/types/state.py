@@ -15,7 +15,10 @@ from typing import Any, Literal
 from tickwork.runtime.types.persistent import PList, PMap, PQueue
 
 __all__ = [
+    "BindingSpec",
     "CollectBuffer",
+    "ReleaseState",
+    "StreamState",
     "Invocation",
     "RunConfig",
     "RunState",
@@ -53,6 +56,25 @@ class StepSpec:
         return event_type in self.accepted
 
 
+@dataclass(frozen=True, slots=True)
+class BindingSpec:
+    """A ``list[E]`` step bound to a fan-out producer's streams (api.md §21.1.2)."""
+
+    binding_id: str
+    producer: str
+    target: str
+    element_types: tuple[type, ...]
+    subclass_mode: bool = False
+    take: int | None = None
+    cancel_rest: bool = False
+
+    def collects(self, event_type: type) -> bool:
+        """Whether an event of ``event_type`` is a member this binding collects."""
+        if self.subclass_mode:
+            return issubclass(event_type, self.element_types)
+        return event_type in self.element_types
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """The immutable part of a run's state, computed once per workflow instance.
@@ -66,6 +88,8 @@ class RunConfig:
     steps: Mapping[str, StepSpec]
     timeout: float | None = None
     catch_error_owner: Mapping[str, str] = field(default_factory=dict)
+    bindings_by_producer: Mapping[str, tuple[BindingSpec, ...]] = field(default_factory=dict)
+    bindings_by_id: Mapping[str, BindingSpec] = field(default_factory=dict)
     _route_cache: dict[type, tuple[str, ...]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -166,6 +190,27 @@ class Invocation:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamState:
+    """An open fan-out stream and its open-work counter (api.md §21.1.3)."""
+
+    stream_id: str
+    source_step: str
+    scope_path: tuple[str, ...]
+    open_work_items: int
+    accepting_binding_ids: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseState:
+    """The buffer of one binding for one stream, until it fires."""
+
+    binding_id: str
+    stream_id: str
+    buffer: PList[Any] = field(default_factory=PList)
+    released: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class StepRunState:
     """The per-run state of one step."""
 
@@ -194,6 +239,8 @@ class RunState:
     queued: int = 0
     running: int = 0
     waiter_index: Mapping[type, frozenset[tuple[str, str]]] = field(default_factory=dict)
+    streams: PMap[str, StreamState] = field(default_factory=PMap)
+    releases: PMap[str, ReleaseState] = field(default_factory=PMap)
     stream_seq: int = 0
     work_item_seq: int = 0
     invocation_seq: int = 0

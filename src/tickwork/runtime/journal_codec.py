@@ -1,0 +1,211 @@
+"""Encoding ticks as JSON-compatible journal records, and back.
+
+A record is ``{"type": <tick kind>, "stamped_at": <epoch seconds>, ...}``.  Events are
+stored as serializer strings, exceptions as ``{"exception_type", "exception_message"}``
+dicts (api.md §4.9), event classes as qualified names.  Waiter requirements are not
+stored (they may not be serializable); ``has_requirements`` is.  The layout is versioned
+with the snapshot format.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tickwork._serde_fields import dump_exception, load_exception, qualified_name
+from tickwork.context.serializers import BaseSerializer, JsonSerializer
+from tickwork.runtime.types.results import (
+    CollectOp,
+    Completed,
+    Failed,
+    StepOutcome,
+    Suspended,
+    WaiterRequest,
+)
+from tickwork.runtime.types.ticks import (
+    AddEvent,
+    CancelRun,
+    IdleCheck,
+    PublishEvent,
+    SessionStart,
+    StepResult,
+    Tick,
+    Timeout,
+    WaiterTimeout,
+    Wakeup,
+)
+
+__all__ = ["JOURNAL_FORMAT_VERSION", "decode_tick", "encode_tick"]
+
+JOURNAL_FORMAT_VERSION = 1
+
+_KINDS: dict[type, str] = {
+    SessionStart: "session_start",
+    AddEvent: "add_event",
+    StepResult: "step_result",
+    CancelRun: "cancel_run",
+    PublishEvent: "publish_event",
+    Timeout: "timeout",
+    WaiterTimeout: "waiter_timeout",
+    Wakeup: "wakeup",
+    IdleCheck: "idle_check",
+}
+
+
+def _event(value: Any, serializer: BaseSerializer) -> str | None:
+    return None if value is None else serializer.serialize(value)
+
+
+def _load_event(value: Any, serializer: BaseSerializer) -> Any:
+    return None if value is None else serializer.deserialize(value)
+
+
+def _encode_value(value: Any, serializer: BaseSerializer) -> Any:
+    if isinstance(value, list):
+        return {"list": [serializer.serialize(v) for v in value]}
+    return {"event": _event(value, serializer)}
+
+
+def _decode_value(data: dict[str, Any], serializer: BaseSerializer) -> Any:
+    if "list" in data:
+        return [serializer.deserialize(v) for v in data["list"]]
+    return _load_event(data.get("event"), serializer)
+
+
+def _encode_op(op: CollectOp, serializer: BaseSerializer) -> dict[str, Any]:
+    return {
+        "buffer_id": op.buffer_id,
+        "event": serializer.serialize(op.event),
+        "decision": op.decision,
+        "needed_of_type": op.needed_of_type,
+        "expected_len": op.expected_len,
+        "released_count": op.released_count,
+    }
+
+
+def _decode_op(data: dict[str, Any], serializer: BaseSerializer) -> CollectOp:
+    return CollectOp(
+        buffer_id=data["buffer_id"],
+        event=serializer.deserialize(data["event"]),
+        decision=data["decision"],
+        needed_of_type=int(data["needed_of_type"]),
+        expected_len=int(data["expected_len"]),
+        released_count=int(data.get("released_count", 0)),
+    )
+
+
+def _encode_outcome(outcome: StepOutcome, serializer: BaseSerializer) -> dict[str, Any]:
+    common: dict[str, Any] = {
+        "sends": outcome.sends,
+        "deleted_waiters": list(outcome.deleted_waiters),
+    }
+    if isinstance(outcome, Completed):
+        return {
+            "kind": "completed",
+            "value": _encode_value(outcome.value, serializer),
+            "collect_ops": [_encode_op(op, serializer) for op in outcome.collect_ops],
+            **common,
+        }
+    if isinstance(outcome, Failed):
+        return {
+            "kind": "failed",
+            "exception": dump_exception(outcome.exception),
+            "retry_delay": outcome.retry_delay,
+            "failed_at": outcome.failed_at,
+            **common,
+        }
+    request = outcome.waiter
+    return {
+        "kind": "suspended",
+        "waiter_id": request.waiter_id,
+        "event_type": qualified_name(request.event_type),
+        "has_requirements": bool(request.requirements),
+        "waiter_event": _event(request.waiter_event, serializer),
+        "timeout": request.timeout,
+        "collect_ops": [_encode_op(op, serializer) for op in outcome.collect_ops],
+        **common,
+    }
+
+
+def _decode_outcome(data: dict[str, Any], serializer: BaseSerializer) -> StepOutcome:
+    kind = data["kind"]
+    sends = int(data.get("sends", 0))
+    deleted = tuple(data.get("deleted_waiters", ()))
+    ops = tuple(_decode_op(op, serializer) for op in data.get("collect_ops", ()))
+    if kind == "completed":
+        return Completed(_decode_value(data["value"], serializer), sends, ops, deleted)
+    if kind == "failed":
+        with serializer.validation_context():
+            error = load_exception(data["exception"])
+        return Failed(error, data.get("retry_delay"), float(data["failed_at"]), sends, deleted)
+    if kind == "suspended":
+        request = WaiterRequest(
+            waiter_id=data["waiter_id"],
+            event_type=serializer.resolve_class(data["event_type"]),
+            requirements=None,
+            waiter_event=_load_event(data.get("waiter_event"), serializer),
+            timeout=data.get("timeout"),
+        )
+        return Suspended(request, sends, ops, deleted)
+    raise ValueError(f"unknown step outcome kind {kind!r} in journal record")
+
+
+def encode_tick(tick: Tick, serializer: BaseSerializer | None = None) -> dict[str, Any]:
+    """The JSON-compatible record of ``tick``."""
+    ser = serializer or JsonSerializer()
+    data: dict[str, Any] = {"type": _KINDS[type(tick)], "stamped_at": tick.stamped_at}
+    if isinstance(tick, SessionStart):
+        data["run_id"] = tick.run_id
+    elif isinstance(tick, AddEvent):
+        data["event"] = ser.serialize(tick.event)
+        data["target_step"] = tick.target_step
+        data["emission_key"] = list(tick.emission_key) if tick.emission_key else None
+        data["source_step"] = tick.source_step
+        data["recovery_counts"] = dict(tick.recovery_counts)
+    elif isinstance(tick, StepResult):
+        data["step"] = tick.step
+        data["invocation_id"] = tick.invocation_id
+        data["outcome"] = _encode_outcome(tick.outcome, ser)
+    elif isinstance(tick, PublishEvent):
+        data["event"] = _event(tick.event, ser)
+        data["invocation_id"] = tick.invocation_id
+    elif isinstance(tick, Wakeup):
+        data["step"] = tick.step
+    elif isinstance(tick, WaiterTimeout):
+        data["step"] = tick.step
+        data["waiter_id"] = tick.waiter_id
+    return data
+
+
+def decode_tick(data: dict[str, Any], serializer: BaseSerializer | None = None) -> Tick:
+    """The tick a journal record stands for; ``ValueError`` names a bad record type."""
+    ser = serializer or JsonSerializer()
+    kind = data.get("type")
+    stamp = float(data["stamped_at"])
+    if kind == "session_start":
+        return SessionStart(stamp, str(data.get("run_id", "")))
+    if kind == "add_event":
+        key = data.get("emission_key")
+        return AddEvent(
+            stamp,
+            ser.deserialize(data["event"]),
+            data.get("target_step"),
+            emission_key=(str(key[0]), int(key[1])) if key else None,
+            source_step=data.get("source_step"),
+            recovery_counts=dict(data.get("recovery_counts") or {}),
+        )
+    if kind == "step_result":
+        outcome = _decode_outcome(data["outcome"], ser)
+        return StepResult(stamp, data["step"], data["invocation_id"], outcome)
+    if kind == "publish_event":
+        return PublishEvent(stamp, _load_event(data.get("event"), ser), data.get("invocation_id"))
+    if kind == "cancel_run":
+        return CancelRun(stamp)
+    if kind == "timeout":
+        return Timeout(stamp)
+    if kind == "wakeup":
+        return Wakeup(stamp, data["step"])
+    if kind == "waiter_timeout":
+        return WaiterTimeout(stamp, data["step"], data["waiter_id"])
+    if kind == "idle_check":
+        return IdleCheck(stamp)
+    raise ValueError(f"unknown journal record type {kind!r}")
