@@ -29,6 +29,7 @@ from tickwork.handler import WorkflowHandler
 from tickwork.representation.build import discover_step_functions
 from tickwork.representation.checks import check_catch_error_structure, validate_steps
 from tickwork.resource import ResourceManager
+from tickwork.resource_checks import validate_step_resources
 from tickwork.runtime.config import build_run_config
 from tickwork.runtime.control_loop.reduce import initial_state
 from tickwork.runtime.session import RunSession
@@ -263,8 +264,6 @@ class Workflow(metaclass=WorkflowMeta):
             self.workflow_name, steps, start, set(self._skip_graph_checks)
         )
         if validate_resource_configs or validate_resources:
-            from tickwork.resource import validate_step_resources
-
             validate_step_resources(
                 steps, configs=validate_resource_configs, factories=validate_resources
             )

@@ -833,6 +833,23 @@ def test_diff_of_typed_state_addresses_fields() -> None:
     _assert_patch_reproduces(_checkpoint(old), _checkpoint(new))
 
 
+class TypedBag(DictState):
+    n: int = 0
+
+
+def test_diff_of_typed_dict_like_state_covers_fields_and_dynamic_keys() -> None:
+    old = TypedBag(n=1, k={"a": 1})
+    steps = [("n", 2), ("k.a", 2), ("fresh", [1]), ("k", {})]
+    for path, value in steps:
+        new = set_by_path_copy(old, path, value)
+        _assert_patch_reproduces(_checkpoint(old), _checkpoint(new))
+        old = new
+    patch = _checkpoint(set_by_path_copy(old, "n", 5)).diff(_checkpoint(old))
+    assert patch == [{"op": "replace", "path": "/state_data/value/n", "value": 5}]
+    emptied = TypedBag(n=old.n)
+    _assert_patch_reproduces(_checkpoint(old), _checkpoint(emptied))
+
+
 def test_diff_when_the_state_type_changes_replaces_the_root() -> None:
     old, new = AppState(), ChildState()
     assert _checkpoint(new).diff(_checkpoint(old)) == [

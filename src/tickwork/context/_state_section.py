@@ -433,3 +433,4 @@ def _dump_fields(state: BaseModel, keys: list[str]) -> dict[str, Any]:
 
 for _public in (DictState, UnserializableKeyWarning, InMemorySerializedState, StateCheckpoint):
     _public.__module__ = _PUBLIC_MODULE
+del _public

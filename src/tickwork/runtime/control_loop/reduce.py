@@ -58,7 +58,9 @@ from tickwork.runtime.types.commands import (
 from tickwork.runtime.types.results import Completed, Failed, Suspended
 from tickwork.runtime.types.state import (
     Invocation,
+    ReleaseState,
     RunState,
+    StreamState,
     StepRunState,
     StepSpec,
     Waiter,
@@ -92,29 +94,53 @@ def initial_state(config: Any) -> RunState:
     return RunState(config=config, steps={name: _FRESH_STEP for name in config.steps})
 
 
-class _Tx:
-    """The accumulator of one reduction: changed steps, changed fields, commands."""
+_SCALARS = (
+    "status",
+    "is_running",
+    "queued",
+    "running",
+    "waiter_index",
+    "streams",
+    "releases",
+    "stream_seq",
+    "work_item_seq",
+    "invocation_seq",
+    "journal_seq",
+    "elapsed_alive",
+    "last_alive_stamp",
+    "idle_check_pending",
+)
 
-    __slots__ = ("base", "commands", "fields", "now", "steps", "touched_streams")
+
+class _Tx:
+    """The accumulator of one reduction: the run's fields as attributes, the changed
+    steps, and the commands produced so far.  ``commit`` builds the new state once."""
+
+    __slots__ = ("base", "commands", "now", "steps", "touched_streams", *_SCALARS)
+
+    status: str
+    is_running: bool
+    queued: int
+    running: int
+    waiter_index: Mapping[type, frozenset[tuple[str, str]]]
+    streams: PMap[str, StreamState]
+    releases: PMap[str, ReleaseState]
+    stream_seq: int
+    work_item_seq: int
+    invocation_seq: int
+    journal_seq: int
+    elapsed_alive: float
+    last_alive_stamp: float | None
+    idle_check_pending: bool
 
     def __init__(self, base: RunState, now: float) -> None:
         self.base = base
         self.now = now
         self.touched_streams: set[str] = set()
         self.steps: dict[str, StepRunState] = {}
-        self.fields: dict[str, Any] = {}
         self.commands: list[Command] = []
-
-    def get(self, name: str) -> Any:
-        if name in self.fields:
-            return self.fields[name]
-        return getattr(self.base, name)
-
-    def set(self, name: str, value: Any) -> None:
-        self.fields[name] = value
-
-    def add(self, name: str, delta: int) -> None:
-        self.fields[name] = self.get(name) + delta
+        for name in _SCALARS:
+            setattr(self, name, getattr(base, name))
 
     def step(self, name: str) -> StepRunState:
         current = self.steps.get(name)
@@ -131,25 +157,43 @@ class _Tx:
         self.commands.append(command)
 
     def mint_work_item(self) -> str:
-        seq = self.get("work_item_seq")
-        self.set("work_item_seq", seq + 1)
+        seq = self.work_item_seq
+        self.work_item_seq = seq + 1
         return work_item_id(seq)
 
     def mint_invocation(self) -> str:
-        seq = self.get("invocation_seq")
-        self.set("invocation_seq", seq + 1)
+        seq = self.invocation_seq
+        self.invocation_seq = seq + 1
         return invocation_id(seq)
 
     @property
     def live(self) -> bool:
-        return bool(self.get("status") == "running")
+        return self.status == "running"
 
     def commit(self) -> RunState:
+        base = self.base
+        steps = base.steps
         if self.steps:
-            steps = dict(self.base.steps)
+            steps = dict(steps)
             steps.update(self.steps)
-            self.fields["steps"] = steps
-        return replace(self.base, **self.fields) if self.fields else self.base
+        return RunState(
+            base.config,
+            steps,
+            self.status,  # type: ignore[arg-type]
+            self.is_running,
+            self.queued,
+            self.running,
+            self.waiter_index,
+            self.streams,
+            self.releases,
+            self.stream_seq,
+            self.work_item_seq,
+            self.invocation_seq,
+            self.journal_seq,
+            self.elapsed_alive,
+            self.last_alive_stamp,
+            self.idle_check_pending,
+        )
 
 
 # ---------------------------------------------------------------------------- dispatcher
@@ -158,7 +202,7 @@ class _Tx:
 def reduce(state: RunState, tick: Tick) -> tuple[RunState, list[Command]]:
     """Process one tick.  Pure: ``state`` is not modified and no clock is read."""
     tx = _Tx(state, tick.stamped_at)
-    tx.set("journal_seq", state.journal_seq + 1)
+    tx.journal_seq += 1
     if not isinstance(tick, SessionStart):
         _accrue_alive_time(tx)
     processor = _PROCESSORS[type(tick)]
@@ -174,20 +218,20 @@ def reduce(state: RunState, tick: Tick) -> tuple[RunState, list[Command]]:
 
 def _accrue_alive_time(tx: _Tx) -> None:
     """Add the time since the last processed input to the spent timeout budget."""
-    last = tx.get("last_alive_stamp")
+    last = tx.last_alive_stamp
     if last is None:
-        tx.set("last_alive_stamp", tx.now)
+        tx.last_alive_stamp = tx.now
     elif tx.now > last:
-        tx.set("elapsed_alive", tx.get("elapsed_alive") + (tx.now - last))
-        tx.set("last_alive_stamp", tx.now)
+        tx.elapsed_alive = tx.elapsed_alive + (tx.now - last)
+        tx.last_alive_stamp = tx.now
 
 
 def _schedule_idle_check_if_quiescent(tx: _Tx, tick: Tick) -> None:
     """After an input that leaves the run quiescent, ask for one idle check."""
     if isinstance(tick, (SessionStart, IdleCheck)) or not tx.live:
         return
-    if tx.get("queued") == 0 and tx.get("running") == 0 and not tx.get("idle_check_pending"):
-        tx.set("idle_check_pending", True)
+    if tx.queued == 0 and tx.running == 0 and not tx.idle_check_pending:
+        tx.idle_check_pending = True
         tx.emit(ScheduleIdleCheck())
 
 
@@ -205,8 +249,6 @@ def _start_invocation(tx: _Tx, step: str, item: WorkItem, slot: int) -> None:
     """Dispatch ``item`` to ``slot``: record the invocation and ask for a worker."""
     current = tx.step(step)
     item_waiters = current.waiters_by_item.get(item.work_item_id, frozenset())
-    if item.first_attempt_at is None:
-        item = replace(item, first_attempt_at=tx.now)
     invocation = Invocation(
         invocation_id=tx.mint_invocation(),
         step=step,
@@ -224,7 +266,7 @@ def _start_invocation(tx: _Tx, step: str, item: WorkItem, slot: int) -> None:
             busy_slots=current.busy_slots | {slot},
         ),
     )
-    tx.add("running", 1)
+    tx.running += 1
     tx.emit(PublishStepState(step, "running", str(slot), type(item.event)))
     tx.emit(RunWorker(invocation))
 
@@ -237,7 +279,7 @@ def _dispatch_or_queue(tx: _Tx, step: str, item: WorkItem) -> None:
         return
     current = tx.step(step)
     tx.put_step(step, replace(current, queue=current.queue.append(item)))
-    tx.add("queued", 1)
+    tx.queued += 1
     tx.emit(PublishStepState(step, "preparing", "<enqueued>", type(item.event)))
 
 
@@ -258,7 +300,7 @@ def _drain_queue(tx: _Tx, step: str) -> None:
         if item is None:
             return
         tx.put_step(step, replace(current, queue=rest))
-        tx.add("queued", -1)
+        tx.queued += -1
         _start_invocation(tx, step, item, slot)
 
 
@@ -267,15 +309,15 @@ def _drain_queue(tx: _Tx, step: str) -> None:
 
 def _process_session_start(tx: _Tx, tick: SessionStart) -> None:
     """Start or resume a session: rewind in-flight work, arm the run timer."""
-    tx.set("status", "running")
-    tx.set("is_running", True)
-    tx.set("last_alive_stamp", tx.now)
-    tx.set("idle_check_pending", False)
+    tx.status = "running"
+    tx.is_running = True
+    tx.last_alive_stamp = tx.now
+    tx.idle_check_pending = False
     _rewind_in_flight(tx)
     _arm_waiter_timeouts(tx)
     timeout = tx.base.config.timeout
     if timeout is not None:
-        remaining = max(0.0, timeout - tx.get("elapsed_alive"))
+        remaining = max(0.0, timeout - tx.elapsed_alive)
         tx.emit(ScheduleTimeout(tx.now + remaining))
 
 
@@ -293,8 +335,8 @@ def _rewind_in_flight(tx: _Tx) -> None:
             queue = queue.appendleft(invocation.item)
         tx.put_step(step, replace(current, queue=queue, in_progress=type(current.in_progress)(),
                                   busy_slots=frozenset()))
-        tx.add("queued", len(interrupted))
-        tx.add("running", -len(interrupted))
+        tx.queued += len(interrupted)
+        tx.running += -len(interrupted)
     for step in sorted(tx.base.steps):
         _drain_queue(tx, step)
 
@@ -304,7 +346,7 @@ def _arm_waiter_timeouts(tx: _Tx) -> None:
     for step in tx.base.steps:
         for waiter in tx.step(step).waiters.values():
             if waiter.timeout is not None and waiter.resolved_event is None:
-                remaining = waiter.timeout - (tx.get("elapsed_alive") - waiter.registered_alive)
+                remaining = waiter.timeout - (tx.elapsed_alive - waiter.registered_alive)
                 tx.emit(ScheduleWaiterTimeout(tx.now + max(0.0, remaining), step, waiter.waiter_id))
 
 
@@ -389,7 +431,7 @@ def _arrive_at_collect_step(
     """Buffer a stream member for the nearest enclosing stream bound to ``step``."""
     config = tx.base.config
     found = nearest_binding(
-        tx.get("streams"), scope_path, config.bindings_by_producer, step, type(event)
+        tx.streams, scope_path, config.bindings_by_producer, step, type(event)
     )
     if found is None:
         _log.warning(
@@ -401,10 +443,10 @@ def _arrive_at_collect_step(
         return
     stream_id, binding = found
     streams, releases, release = buffer_member(
-        tx.get("streams"), tx.get("releases"), stream_id, binding, event
+        tx.streams, tx.releases, stream_id, binding, event
     )
-    tx.set("streams", streams)
-    tx.set("releases", releases)
+    tx.streams = streams
+    tx.releases = releases
     if release is not None:
         _dispatch_release(tx, release)
         if binding.cancel_rest:
@@ -484,7 +526,7 @@ def _publish_unhandled(tx: _Tx, event: Any, target: str | None) -> None:
     if isinstance(event, InputRequiredEvent):
         return
     etype = type(event)
-    idle = tx.get("queued") == 0 and tx.get("running") == 0
+    idle = tx.queued == 0 and tx.running == 0
     tx.emit(
         PublishEvent(
             UnhandledEvent(
@@ -505,7 +547,7 @@ def _resolve_waiters(tx: _Tx, event: Any) -> set[str]:
 
     Returns the names of the steps woken this way (they do not also receive the event).
     """
-    index = tx.get("waiter_index")
+    index = tx.waiter_index
     if not index:
         return set()
     candidates: list[tuple[str, str]] = []
@@ -526,21 +568,21 @@ def _resolve_waiters(tx: _Tx, event: Any) -> set[str]:
 
 
 def _index_waiter(tx: _Tx, step: str, waiter: Waiter) -> None:
-    index = dict(tx.get("waiter_index"))
+    index = dict(tx.waiter_index)
     index[waiter.event_type] = index.get(waiter.event_type, frozenset()) | {
         (step, waiter.waiter_id)
     }
-    tx.set("waiter_index", index)
+    tx.waiter_index = index
 
 
 def _unindex_waiter(tx: _Tx, step: str, waiter: Waiter) -> None:
-    index = dict(tx.get("waiter_index"))
+    index = dict(tx.waiter_index)
     remaining = index.get(waiter.event_type, frozenset()) - {(step, waiter.waiter_id)}
     if remaining:
         index[waiter.event_type] = remaining
     else:
         index.pop(waiter.event_type, None)
-    tx.set("waiter_index", index)
+    tx.waiter_index = index
 
 
 def _register_waiter(tx: _Tx, invocation: Invocation, outcome: Suspended) -> None:
@@ -557,7 +599,7 @@ def _register_waiter(tx: _Tx, invocation: Invocation, outcome: Suspended) -> Non
         waiter_event=request.waiter_event,
         timeout=request.timeout,
         registered_alive=(
-            existing.registered_alive if existing is not None else tx.get("elapsed_alive")
+            existing.registered_alive if existing is not None else tx.elapsed_alive
         ),
         subclass_mode=tx.spec(step).subclass_mode,
     )
@@ -615,7 +657,7 @@ def _process_waiter_timeout(tx: _Tx, tick: WaiterTimeout) -> None:
     if waiter is None or waiter.resolved_event is not None or waiter.timed_out:
         return
     assert waiter.timeout is not None
-    remaining = waiter.timeout - (tx.get("elapsed_alive") - waiter.registered_alive)
+    remaining = waiter.timeout - (tx.elapsed_alive - waiter.registered_alive)
     if remaining > 1e-9:
         tx.emit(ScheduleWaiterTimeout(tx.now + remaining, tick.step, tick.waiter_id))
         return
@@ -671,7 +713,7 @@ def _release_slot(tx: _Tx, invocation: Invocation) -> None:
             busy_slots=current.busy_slots - {invocation.worker_id},
         ),
     )
-    tx.add("running", -1)
+    tx.running += -1
 
 
 def _finish_invocation(
@@ -742,16 +784,16 @@ def _emit_events(
 def _fan_out(tx: _Tx, invocation: Invocation, events: list[Any]) -> None:
     """Open a stream for a returned list and deliver its elements inside it."""
     item = invocation.item
-    seq = tx.get("stream_seq")
-    tx.set("stream_seq", seq + 1)
+    seq = tx.stream_seq
+    tx.stream_seq = seq + 1
     new_stream = stream_id(item.scope_path, invocation.step, seq)
     bindings = tx.base.config.bindings_by_producer.get(invocation.step, ())
     streams, releases = open_stream(
-        tx.get("streams"), tx.get("releases"), new_stream, invocation.step, item.scope_path,
+        tx.streams, tx.releases, new_stream, invocation.step, item.scope_path,
         bindings,
     )
-    tx.set("streams", streams)
-    tx.set("releases", releases)
+    tx.streams = streams
+    tx.releases = releases
     _settle(tx, item.scope_path, "fanned_out", new_bindings=len(bindings))
     opened = _emit_events(tx, events, item.recovery_counts, (*item.scope_path, new_stream))
     if tx.live:
@@ -770,10 +812,10 @@ def _settle(
     A stream that was cut by ``Take(n, cancel_rest=True)`` while this item ran is gone,
     and there is nothing left to account for.
     """
-    if not scope_path or not tx.live or scope_path[-1] not in tx.get("streams"):
+    if not scope_path or not tx.live or scope_path[-1] not in tx.streams:
         return
     try:
-        tx.set("streams", settle(tx.get("streams"), scope_path[-1], kind, deliveries, new_bindings))
+        tx.streams = settle(tx.streams, scope_path[-1], kind, deliveries, new_bindings)
     except AccountingError as error:
         _fail_accounting(tx, scope_path[-1], error)
         return
@@ -781,13 +823,13 @@ def _settle(
 
 
 def _count_open_work(tx: _Tx, stream: str, count: int) -> None:
-    tx.set("streams", add_open_work(tx.get("streams"), stream, count))
+    tx.streams = add_open_work(tx.streams, stream, count)
     tx.touched_streams.add(stream)
 
 
 def _fail_accounting(tx: _Tx, stream: str, error: AccountingError) -> None:
     """An impossible accounting state fails the run loudly instead of hanging it."""
-    state = tx.get("streams").get(stream)
+    state = tx.streams.get(stream)
     source = state.source_step if state is not None else "<unknown>"
     _fail_run(tx, source, WorkflowRuntimeError(str(error)), attempts=None, elapsed=None)
 
@@ -799,14 +841,14 @@ def _close_finished_streams(tx: _Tx) -> None:
     for stream in pending:
         if not tx.live:
             return
-        state = tx.get("streams").get(stream)
+        state = tx.streams.get(stream)
         if state is None or state.open_work_items > 0:
             continue
         streams, releases, fired = close_stream(
-            tx.get("streams"), tx.get("releases"), stream, tx.base.config.bindings_by_id
+            tx.streams, tx.releases, stream, tx.base.config.bindings_by_id
         )
-        tx.set("streams", streams)
-        tx.set("releases", releases)
+        tx.streams = streams
+        tx.releases = releases
         for release in fired:
             _dispatch_release(tx, release)
 
@@ -825,7 +867,7 @@ def _cut_stream(tx: _Tx, stream: str) -> None:
         dropped = len(current.queue) - len(kept)
         if dropped:
             tx.put_step(step, replace(current, queue=PQueue.of(kept)))
-            tx.add("queued", -dropped)
+            tx.queued += -dropped
         for invocation in list(tx.step(step).in_progress.values()):
             if inside(invocation.item.scope_path):
                 tx.emit(CancelWorker(invocation.invocation_id))
@@ -834,22 +876,22 @@ def _cut_stream(tx: _Tx, stream: str) -> None:
             if inside(waiter.item.scope_path):
                 _delete_waiters(tx, step, waiter.item.work_item_id, None)
         _drain_queue(tx, step)
-    nested = [sid for sid, st in tx.get("streams").items() if stream in (*st.scope_path, sid)]
-    streams, releases = tx.get("streams"), tx.get("releases")
+    nested = [sid for sid, st in tx.streams.items() if stream in (*st.scope_path, sid)]
+    streams, releases = tx.streams, tx.releases
     for sid in nested:
         if sid == stream:
             continue
         for binding_id in tx.base.config.bindings_by_id:
             releases = releases.delete(release_key(sid, binding_id))
         streams = streams.delete(sid)
-    tx.set("streams", streams)
-    tx.set("releases", releases)
-    if stream in tx.get("streams"):
+    tx.streams = streams
+    tx.releases = releases
+    if stream in tx.streams:
         streams, releases, fired = close_stream(
-            tx.get("streams"), tx.get("releases"), stream, tx.base.config.bindings_by_id
+            tx.streams, tx.releases, stream, tx.base.config.bindings_by_id
         )
-        tx.set("streams", streams)
-        tx.set("releases", releases)
+        tx.streams = streams
+        tx.releases = releases
         for release in fired:
             _dispatch_release(tx, release)
 
@@ -904,8 +946,10 @@ def _hand_to_catch_error(
 
 def _queue_retry(tx: _Tx, invocation: Invocation, outcome: Failed) -> None:
     delay = outcome.retry_delay or 0.0
+    first = invocation.item.first_attempt_at
     item = replace(
         invocation.item,
+        first_attempt_at=first if first is not None else invocation.dispatched_at,
         attempts=invocation.item.attempts + 1,
         last_exception=outcome.exception,
         last_failed_at=outcome.failed_at,
@@ -913,7 +957,7 @@ def _queue_retry(tx: _Tx, invocation: Invocation, outcome: Failed) -> None:
     )
     current = tx.step(invocation.step)
     tx.put_step(invocation.step, replace(current, queue=current.queue.appendleft(item)))
-    tx.add("queued", 1)
+    tx.queued += 1
     if delay > 0:
         tx.emit(ScheduleWakeup(outcome.failed_at + delay, invocation.step))
 
@@ -932,18 +976,18 @@ def _cancel_all_workers(tx: _Tx, keep_records: bool) -> list[str]:
         if not keep_records:
             tx.put_step(step, _FRESH_STEP)
     if not keep_records:
-        tx.set("queued", 0)
-        tx.set("running", 0)
-        tx.set("waiter_index", {})
-        tx.set("streams", PMap())
-        tx.set("releases", PMap())
+        tx.queued = 0
+        tx.running = 0
+        tx.waiter_index = {}
+        tx.streams = PMap()
+        tx.releases = PMap()
     return sorted(active)
 
 
 def _end_run(tx: _Tx, status: str) -> list[str]:
     active = _cancel_all_workers(tx, keep_records=False)
-    tx.set("status", status)
-    tx.set("is_running", False)
+    tx.status = status
+    tx.is_running = False
     return active
 
 
@@ -968,7 +1012,7 @@ def _process_timeout(tx: _Tx, tick: Timeout) -> None:
     timeout = tx.base.config.timeout
     if not tx.live or timeout is None:
         return
-    remaining = timeout - tx.get("elapsed_alive")
+    remaining = timeout - tx.elapsed_alive
     if remaining > 1e-6:
         tx.emit(ScheduleTimeout(tx.now + remaining))
         return
@@ -989,7 +1033,7 @@ def _process_cancel(tx: _Tx, tick: CancelRun) -> None:
     if not tx.live:
         return
     _cancel_all_workers(tx, keep_records=True)
-    tx.set("status", "cancelled")
+    tx.status = "cancelled"
     tx.emit(
         Halt(
             "cancel",
@@ -1016,8 +1060,8 @@ def _process_wakeup(tx: _Tx, tick: Wakeup) -> None:
 
 def _process_idle_check(tx: _Tx, tick: IdleCheck) -> None:
     """Publish ``WorkflowIdleEvent`` if the run is still quiescent."""
-    tx.set("idle_check_pending", False)
-    if tx.live and tx.get("queued") == 0 and tx.get("running") == 0:
+    tx.idle_check_pending = False
+    if tx.live and tx.queued == 0 and tx.running == 0:
         if _fail_stuck_stream(tx):
             return
         tx.emit(PublishEvent(WorkflowIdleEvent()))
@@ -1025,7 +1069,7 @@ def _process_idle_check(tx: _Tx, tick: IdleCheck) -> None:
 
 def _fail_stuck_stream(tx: _Tx) -> bool:
     """At a confirmed idle point, fail the run if an open stream can never close."""
-    streams = tx.get("streams")
+    streams = tx.streams
     if not streams:
         return False
     waiting_paths = [

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import contextvars
 import heapq
-import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -122,6 +121,86 @@ class using_adapter:  # noqa: N801 - used like a function
         _ADAPTER.reset(self._token)
 
 
+class _Workers:
+    """Worker tasks of one run, each cancellable on its own."""
+
+    def spawn(self, key: str, fn: Callable[[Invocation], Awaitable[None]], arg: Invocation) -> None:
+        raise NotImplementedError
+
+    def cancel(self, key: str) -> None:
+        raise NotImplementedError
+
+    def cancel_all(self) -> None:
+        raise NotImplementedError
+
+
+class _AsyncioWorkers(_Workers):
+    """Plain asyncio tasks: spawning and cancelling them is several times cheaper than
+    going through a task group and a cancel scope per invocation."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self._loop = asyncio.get_running_loop()
+        self._tasks: dict[str, Any] = {}
+
+    def spawn(self, key: str, fn: Callable[[Invocation], Awaitable[None]], arg: Invocation) -> None:
+        task = self._loop.create_task(fn(arg))  # type: ignore[arg-type]
+        self._tasks[key] = task
+        task.add_done_callback(lambda _t: self._tasks.pop(key, None))
+
+    def cancel(self, key: str) -> None:
+        task = self._tasks.pop(key, None)
+        if task is not None:
+            task.cancel()
+
+    def cancel_all(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+        self._tasks.clear()
+
+
+class _ScopedWorkers(_Workers):
+    """Task-group children, each in its own cancel scope (trio)."""
+
+    def __init__(self, task_group: TaskGroup) -> None:
+        self._task_group = task_group
+        self._scopes: dict[str, anyio.CancelScope] = {}
+
+    def spawn(self, key: str, fn: Callable[[Invocation], Awaitable[None]], arg: Invocation) -> None:
+        self._task_group.start_soon(self._run, key, fn, arg)
+
+    async def _run(self, key: str, fn: Callable[[Invocation], Awaitable[None]], arg: Invocation) -> None:
+        with anyio.CancelScope() as scope:
+            self._scopes[key] = scope
+            await fn(arg)
+        self._scopes.pop(key, None)
+
+    def cancel(self, key: str) -> None:
+        scope = self._scopes.pop(key, None)
+        if scope is not None:
+            scope.cancel()
+
+    def cancel_all(self) -> None:
+        for scope in list(self._scopes.values()):
+            scope.cancel()
+        self._scopes.clear()
+
+
+def _make_workers(task_group: TaskGroup) -> _Workers:
+    import sys
+
+    if "asyncio" in sys.modules:
+        import asyncio
+
+        try:
+            asyncio.get_running_loop()
+            return _AsyncioWorkers()
+        except RuntimeError:
+            pass
+    return _ScopedWorkers(task_group)
+
+
 def _is_step_tick(tick: Tick) -> bool:
     if isinstance(tick, StepResult):
         return True
@@ -140,11 +219,12 @@ class _Loop:
         self.pending: deque[Tick] = deque()
         self.heap: list[tuple[float, int, Callable[[float], Tick]]] = []
         self.heap_seq = 0
-        self.workers: dict[str, anyio.CancelScope] = {}
         self.exit: RunExit | None = None
         self.idle_requested = False
-        self.send, self.recv = anyio.create_memory_object_stream[Tick](math.inf)
+        self.inbox: deque[Tick] = deque()
+        self.inbox_event: anyio.Event | None = None
         self.task_group: TaskGroup | None = None
+        self.workers_group: _Workers | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             RunWorker: self._run_worker,
             CancelWorker: self._cancel_worker,
@@ -164,7 +244,11 @@ class _Loop:
     def post(self, tick: Tick) -> None:
         """Add a tick from a worker or the caller (same thread as the loop)."""
         if self.exit is None:
-            self.send.send_nowait(tick)
+            self.inbox.append(tick)
+            event = self.inbox_event
+            if event is not None:
+                self.inbox_event = None
+                event.set()
 
     async def run(self, start_event: Any) -> RunExit:
         self.adapter.bind(self.post)
@@ -172,16 +256,14 @@ class _Loop:
         self.pending.append(SessionStart(now, self.run_id))
         if start_event is not None:
             self.pending.append(AddEvent(now, start_event))
-        try:
-            async with anyio.create_task_group() as task_group:
-                self.task_group = task_group
-                try:
-                    await self._drive()
-                finally:
-                    task_group.cancel_scope.cancel()
-        finally:
-            self.send.close()
-            self.recv.close()
+        async with anyio.create_task_group() as task_group:
+            self.task_group = task_group
+            self.workers_group = _make_workers(task_group)
+            try:
+                await self._drive()
+            finally:
+                self.workers_group.cancel_all()
+                task_group.cancel_scope.cancel()
         assert self.exit is not None
         return self.exit
 
@@ -215,31 +297,28 @@ class _Loop:
             return
         if self._take_due_timers() or self._take_available():
             return
+        event = self.inbox_event = anyio.Event()
         if self.heap:
             delay = max(0.0, self.heap[0][0] - time.time())
             with anyio.move_on_after(delay):
-                self._accept(await self.recv.receive())
+                await event.wait()
             self._take_due_timers()
         else:
-            self._accept(await self.recv.receive())
+            await event.wait()
+        self.inbox_event = None
         self._take_available()
-
-    def _accept(self, tick: Tick) -> None:
-        self.pending.append(tick)
 
     def _take_available(self) -> bool:
         """Move every tick already posted into ``pending``, step ticks first."""
-        batch: list[Tick] = []
-        while True:
-            try:
-                batch.append(self.recv.receive_nowait())
-            except anyio.WouldBlock:
-                break
-        if not batch:
+        inbox = self.inbox
+        if not inbox:
             return bool(self.pending)
-        if len(batch) > 1:
-            batch.sort(key=lambda tick: 0 if _is_step_tick(tick) else 1)
-        self.pending.extend(batch)
+        if len(inbox) > 1:
+            batch = sorted(inbox, key=lambda tick: 0 if _is_step_tick(tick) else 1)
+            self.pending.extend(batch)
+        else:
+            self.pending.append(inbox[0])
+        inbox.clear()
         return True
 
     def _take_due_timers(self) -> bool:
@@ -254,22 +333,20 @@ class _Loop:
     # -- commands ------------------------------------------------------------------
 
     def _run_worker(self, command: RunWorker) -> None:
-        assert self.task_group is not None
-        self.adapter.spawn_context.run(self.task_group.start_soon, self._worker, command.invocation)
+        assert self.workers_group is not None
+        invocation = command.invocation
+        self.adapter.spawn_context.run(
+            self.workers_group.spawn, invocation.invocation_id, self._worker, invocation
+        )
 
     async def _worker(self, invocation: Invocation) -> None:
-        """Run one invocation in its own cancel scope, then post its result."""
-        inv_id = invocation.invocation_id
-        with anyio.CancelScope() as scope:
-            self.workers[inv_id] = scope
-            outcome = await self.adapter.run_step(invocation, self.post)
-            self.post(StepResult(time.time(), invocation.step, inv_id, outcome))
-        self.workers.pop(inv_id, None)
+        """Run one invocation, then post its result (nothing if it was cancelled)."""
+        outcome = await self.adapter.run_step(invocation, self.post)
+        self.post(StepResult(time.time(), invocation.step, invocation.invocation_id, outcome))
 
     def _cancel_worker(self, command: CancelWorker) -> None:
-        scope = self.workers.pop(command.invocation_id, None)
-        if scope is not None:
-            scope.cancel()
+        assert self.workers_group is not None
+        self.workers_group.cancel(command.invocation_id)
 
     def _publish(self, command: PublishEvent) -> None:
         self.adapter.publish(command.event)
