@@ -119,7 +119,7 @@ class WorkflowHandler:
             self._session.request_cancel()
             with anyio.move_on_after(timeout):
                 await self._session.done.wait()
-        except Exception:  # noqa: S110 - documented: cancel_run never raises
+        except Exception:
             pass
 
     def journal(self) -> AsyncIterator[JournalRecord]:

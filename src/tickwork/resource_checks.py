@@ -24,7 +24,9 @@ _Declaration = tuple[str, str, tuple[str, ...], Any]  # step, parameter, chain, 
 def _declarations(steps: Mapping[str, Callable[..., Any]]) -> Iterator[_Declaration]:
     """Every resource declaration of every step, nested factory dependencies included."""
 
-    def walk(step: str, param: str, chain: tuple[str, ...], descriptor: Any) -> Iterator[_Declaration]:
+    def walk(
+        step: str, param: str, chain: tuple[str, ...], descriptor: Any
+    ) -> Iterator[_Declaration]:
         yield step, param, chain, descriptor
         try:
             dependencies = descriptor.get_dependencies()

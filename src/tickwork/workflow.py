@@ -145,9 +145,7 @@ class Workflow(metaclass=WorkflowMeta):
 
     def _infer_start_class(self, steps: dict[str, Callable[..., Any]]) -> type[StartEvent]:
         accepted = [t for fn in steps.values() for t in fn._step_config.accepted_events]  # type: ignore[attr-defined]
-        return _unique_subclass(
-            self.workflow_name, accepted, StartEvent, "start event", "accepts"
-        )
+        return _unique_subclass(self.workflow_name, accepted, StartEvent, "start event", "accepts")
 
     def _infer_stop_class(self, steps: dict[str, Callable[..., Any]]) -> type[StopEvent]:
         returned = [t for fn in steps.values() for t in fn._step_config.return_types]  # type: ignore[attr-defined]
@@ -260,9 +258,7 @@ class Workflow(metaclass=WorkflowMeta):
             raise WorkflowConfigurationError(f"workflow {self.workflow_name} has no steps")
         start = self._infer_start_class(steps)
         self._infer_stop_class(steps)
-        uses_hitl = validate_steps(
-            self.workflow_name, steps, start, set(self._skip_graph_checks)
-        )
+        uses_hitl = validate_steps(self.workflow_name, steps, start, set(self._skip_graph_checks))
         if validate_resource_configs or validate_resources:
             validate_step_resources(
                 steps, configs=validate_resource_configs, factories=validate_resources

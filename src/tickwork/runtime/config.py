@@ -30,9 +30,7 @@ def step_spec(name: str, config: Any) -> StepSpec:
     bare = tuple(t for t in config.bare_return_types if t is not NoneType)
     list_only: frozenset[type] = frozenset()
     if config.is_fan_out:
-        list_only = frozenset(
-            t for t in config.return_types if t is not NoneType and t not in bare
-        )
+        list_only = frozenset(t for t in config.return_types if t is not NoneType and t not in bare)
     return StepSpec(
         name=name,
         accepted=tuple(config.accepted_events),

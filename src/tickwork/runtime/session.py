@@ -174,9 +174,7 @@ class RunSession:
             post(tick)
         self._early_ticks.clear()
 
-    async def run_step(
-        self, invocation: Invocation, post: Callable[[Tick], None]
-    ) -> StepOutcome:
+    async def run_step(self, invocation: Invocation, post: Callable[[Tick], None]) -> StepOutcome:
         """Execute one invocation (see :mod:`tickwork.runtime.step_worker`)."""
         return await execute_invocation(self, invocation, post)
 

@@ -82,8 +82,7 @@ def check_send_target(specs: Mapping[str, StepSpec], event: Any, step: str | Non
         )
     if not spec.accepts(type(event)):
         raise WorkflowRuntimeError(
-            f"send_event(step={step!r}): step {step!r} does not accept "
-            f"{type(event).__name__}"
+            f"send_event(step={step!r}): step {step!r} does not accept {type(event).__name__}"
         )
 
 

@@ -120,7 +120,9 @@ async def _run_with_timeout(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _failure(session: RunSession, invocation: Invocation, error: Exception, scope: StepScope) -> Failed:
+def _failure(
+    session: RunSession, invocation: Invocation, error: Exception, scope: StepScope
+) -> Failed:
     """A ``Failed`` outcome with the retry decision taken now."""
     failed_at = time.time()
     policy = session.step_functions[invocation.step]._step_config.retry_policy  # type: ignore[attr-defined]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from tickwork.runtime.types.evolve import evolve as replace
 from typing import Any
 
 from tickwork.errors import WorkflowCancelledByUser, WorkflowRuntimeError, WorkflowTimeoutError
@@ -55,18 +54,19 @@ from tickwork.runtime.types.commands import (
     ScheduleWaiterTimeout,
     ScheduleWakeup,
 )
+from tickwork.runtime.types.evolve import evolve as replace
+from tickwork.runtime.types.persistent import PMap, PQueue
 from tickwork.runtime.types.results import Completed, Failed, Suspended
 from tickwork.runtime.types.state import (
     Invocation,
     ReleaseState,
     RunState,
-    StreamState,
     StepRunState,
     StepSpec,
+    StreamState,
     Waiter,
     WorkItem,
 )
-from tickwork.runtime.types.persistent import PMap, PQueue
 from tickwork.runtime.types.step_id import invocation_id, stream_id, work_item_id
 from tickwork.runtime.types.ticks import (
     AddEvent,
@@ -333,8 +333,15 @@ def _rewind_in_flight(tx: _Tx) -> None:
         queue = current.queue
         for invocation in reversed(interrupted):
             queue = queue.appendleft(invocation.item)
-        tx.put_step(step, replace(current, queue=queue, in_progress=type(current.in_progress)(),
-                                  busy_slots=frozenset()))
+        tx.put_step(
+            step,
+            replace(
+                current,
+                queue=queue,
+                in_progress=type(current.in_progress)(),
+                busy_slots=frozenset(),
+            ),
+        )
         tx.queued += len(interrupted)
         tx.running += -len(interrupted)
     for step in sorted(tx.base.steps):
@@ -370,7 +377,9 @@ def _claim_emission(tx: _Tx, tick: AddEvent) -> bool:
     if invocation is None or index in invocation.received:
         return False
     updated = replace(invocation, received=invocation.received | {index})
-    tx.put_step(tick.source_step, replace(current, in_progress=current.in_progress.set(inv_id, updated)))
+    tx.put_step(
+        tick.source_step, replace(current, in_progress=current.in_progress.set(inv_id, updated))
+    )
     return True
 
 
@@ -425,14 +434,10 @@ def _route_to_step(
     return 1
 
 
-def _arrive_at_collect_step(
-    tx: _Tx, step: str, event: Any, scope_path: tuple[str, ...]
-) -> None:
+def _arrive_at_collect_step(tx: _Tx, step: str, event: Any, scope_path: tuple[str, ...]) -> None:
     """Buffer a stream member for the nearest enclosing stream bound to ``step``."""
     config = tx.base.config
-    found = nearest_binding(
-        tx.streams, scope_path, config.bindings_by_producer, step, type(event)
-    )
+    found = nearest_binding(tx.streams, scope_path, config.bindings_by_producer, step, type(event))
     if found is None:
         _log.warning(
             "%s reached the list[E] step %r outside any fan-out stream bound to it; "
@@ -442,9 +447,7 @@ def _arrive_at_collect_step(
         )
         return
     stream_id, binding = found
-    streams, releases, release = buffer_member(
-        tx.streams, tx.releases, stream_id, binding, event
-    )
+    streams, releases, release = buffer_member(tx.streams, tx.releases, stream_id, binding, event)
     tx.streams = streams
     tx.releases = releases
     if release is not None:
@@ -598,9 +601,7 @@ def _register_waiter(tx: _Tx, invocation: Invocation, outcome: Suspended) -> Non
         requirements=request.requirements,
         waiter_event=request.waiter_event,
         timeout=request.timeout,
-        registered_alive=(
-            existing.registered_alive if existing is not None else tx.elapsed_alive
-        ),
+        registered_alive=(existing.registered_alive if existing is not None else tx.elapsed_alive),
         subclass_mode=tx.spec(step).subclass_mode,
     )
     item_id = invocation.item.work_item_id
@@ -662,7 +663,9 @@ def _process_waiter_timeout(tx: _Tx, tick: WaiterTimeout) -> None:
         tx.emit(ScheduleWaiterTimeout(tx.now + remaining, tick.step, tick.waiter_id))
         return
     timed_out = replace(waiter, timed_out=True)
-    tx.put_step(tick.step, replace(current, waiters=current.waiters.set(waiter.waiter_id, timed_out)))
+    tx.put_step(
+        tick.step, replace(current, waiters=current.waiters.set(waiter.waiter_id, timed_out))
+    )
     _unindex_waiter(tx, tick.step, waiter)
     _dispatch_or_queue(tx, tick.step, waiter.item)
 
@@ -745,10 +748,8 @@ def _apply_completion(tx: _Tx, invocation: Invocation, outcome: Completed) -> No
     value = outcome.value
     is_list = isinstance(value, list)
     events: list[Any] = value if is_list else ([] if value is None else [value])
-    if is_list:
-        output_type = type(value[-1]) if value else type(None)
-    else:
-        output_type = type(value)
+    last = (value[-1] if value else None) if is_list else value
+    output_type = type(last)
     _finish_invocation(tx, invocation, publish=True, output=output_type, has_output=True)
     stop = next((ev for ev in events if isinstance(ev, StopEvent)), None)
     if stop is not None:
@@ -789,7 +790,11 @@ def _fan_out(tx: _Tx, invocation: Invocation, events: list[Any]) -> None:
     new_stream = stream_id(item.scope_path, invocation.step, seq)
     bindings = tx.base.config.bindings_by_producer.get(invocation.step, ())
     streams, releases = open_stream(
-        tx.streams, tx.releases, new_stream, invocation.step, item.scope_path,
+        tx.streams,
+        tx.releases,
+        new_stream,
+        invocation.step,
+        item.scope_path,
         bindings,
     )
     tx.streams = streams
@@ -858,6 +863,7 @@ def _cut_stream(tx: _Tx, stream: str) -> None:
 
     Cost is O(queued + running + waiting work of the run), paid once per cut.
     """
+
     def inside(path: tuple[str, ...]) -> bool:
         return stream in path
 

@@ -25,9 +25,7 @@ def _as_tick(state: RunState, record: Any) -> Any | None:
     if record.seq < state.journal_seq:
         return None
     if record.seq != state.journal_seq:
-        raise ValueError(
-            f"journal gap: expected seq {state.journal_seq}, got seq {record.seq}"
-        )
+        raise ValueError(f"journal gap: expected seq {state.journal_seq}, got seq {record.seq}")
     from tickwork.runtime.journal_codec import decode_tick
 
     return decode_tick(record.data)

@@ -25,7 +25,6 @@ from tickwork.events import WorkflowFailedEvent
 from tickwork.runtime.control_loop.reduce import reduce
 from tickwork.runtime.types.commands import (
     CancelWorker,
-    Command,
     CompleteRun,
     FailWorkflow,
     Halt,
@@ -106,7 +105,7 @@ def current_adapter() -> LoopAdapter | None:
     return _ADAPTER.get()
 
 
-class using_adapter:  # noqa: N801 - used like a function
+class using_adapter:
     """Context manager that makes ``adapter`` the one ``control_loop`` will use."""
 
     def __init__(self, adapter: LoopAdapter) -> None:
@@ -145,7 +144,7 @@ class _AsyncioWorkers(_Workers):
         self._tasks: dict[str, Any] = {}
 
     def spawn(self, key: str, fn: Callable[[Invocation], Awaitable[None]], arg: Invocation) -> None:
-        task = self._loop.create_task(fn(arg))  # type: ignore[arg-type]
+        task: Any = self._loop.create_task(fn(arg))  # type: ignore[arg-type]
         self._tasks[key] = task
         task.add_done_callback(lambda _t: self._tasks.pop(key, None))
 
@@ -170,7 +169,9 @@ class _ScopedWorkers(_Workers):
     def spawn(self, key: str, fn: Callable[[Invocation], Awaitable[None]], arg: Invocation) -> None:
         self._task_group.start_soon(self._run, key, fn, arg)
 
-    async def _run(self, key: str, fn: Callable[[Invocation], Awaitable[None]], arg: Invocation) -> None:
+    async def _run(
+        self, key: str, fn: Callable[[Invocation], Awaitable[None]], arg: Invocation
+    ) -> None:
         with anyio.CancelScope() as scope:
             self._scopes[key] = scope
             await fn(arg)

@@ -179,7 +179,9 @@ def _fire(
     events = state.buffer.to_list()
     if binding.take is not None:
         events = events[: binding.take]
-    releases = releases.set(key, ReleaseState(state.binding_id, state.stream_id, state.buffer, True))
+    releases = releases.set(
+        key, ReleaseState(state.binding_id, state.stream_id, state.buffer, True)
+    )
     streams = streams.set(
         stream.stream_id,
         StreamState(
@@ -228,6 +230,7 @@ def close_stream(
     for binding_id in bindings_by_id:
         releases = releases.delete(release_key(stream_id, binding_id))
     return streams.delete(stream_id), releases, fired
+
 
 EMPTY_BUFFER = CollectBuffer()
 

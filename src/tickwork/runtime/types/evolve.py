@@ -25,7 +25,7 @@ def _make_evolver(cls: type) -> Callable[..., Any]:
     args = ", ".join(f"o.{name} if {name} is _M else {name}" for name in names)
     source = f"def evolve(o, *, {params}):\n    return _C({args})\n"
     namespace: dict[str, Any] = {"_M": _MISSING, "_C": cls}
-    exec(source, namespace)  # noqa: S102 - generated from the class's own field names
+    exec(source, namespace)
     evolver: Callable[..., Any] = namespace["evolve"]
     return evolver
 
