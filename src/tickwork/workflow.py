@@ -34,6 +34,7 @@ from tickwork.runtime.config import build_run_config
 from tickwork.runtime.control_loop.reduce import initial_state
 from tickwork.runtime.session import RunSession
 from tickwork.runtime.types.state import RunConfig
+from tickwork.runtime.verbose import VerbosePrinter, choose_sink
 
 __all__ = ["Workflow", "WorkflowMeta"]
 
@@ -135,6 +136,7 @@ class Workflow(metaclass=WorkflowMeta):
         self._resource_manager = resource_manager or ResourceManager()
         self._skip_graph_checks = self._check_skip_names(skip_graph_checks)
         self._runtime = self._resolve_runtime(runtime)
+        self._verbose_sink = choose_sink() if verbose else None
         self._locked = False
         self._validated_version: int | None = None
         self._run_config: RunConfig | None = None
@@ -218,6 +220,10 @@ class Workflow(metaclass=WorkflowMeta):
     def runtime(self) -> Any:
         """The runtime that hosts this workflow's runs."""
         return self._runtime
+
+    def _verbose_printer(self) -> VerbosePrinter:
+        """The printer of verbose runs (its sink was chosen at construction)."""
+        return VerbosePrinter(self._verbose_sink or print)
 
     # -- steps ----------------------------------------------------------------------------
 

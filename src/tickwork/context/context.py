@@ -58,6 +58,8 @@ class Context(Generic[MODEL_T]):
         self._session: RunSession | None = None
         self._step: StepScope | None = None
         self._loop_thread: int | None = None
+        self._queue: Any = None
+        self._pump: Any = None
 
     # -- face plumbing ---------------------------------------------------------------
 
@@ -73,6 +75,8 @@ class Context(Generic[MODEL_T]):
         ctx._session = scope.session
         ctx._step = scope
         ctx._loop_thread = None
+        ctx._queue = None
+        ctx._pump = None
         return ctx
 
     @property
@@ -203,6 +207,32 @@ class Context(Generic[MODEL_T]):
     async def running_steps(self) -> list[str]:
         """Sorted names of the steps that have a running invocation."""
         return self._need_session("running_steps").running_steps()
+
+    @property
+    def streaming_queue(self) -> Any:
+        """Deprecated: an ``asyncio.Queue`` fed with ``stream_events()`` (asyncio only)."""
+        warnings.warn(
+            "Context.streaming_queue is deprecated; iterate handler.stream_events()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        session = self._need_session("streaming_queue")
+        from tickwork.runtime.session import detect_backend
+
+        if detect_backend() != "asyncio":
+            raise NotImplementedError("Context.streaming_queue is only available under asyncio")
+        if self._queue is None:
+            import asyncio
+
+            queue: asyncio.Queue[Any] = asyncio.Queue()
+
+            async def pump() -> None:
+                async for event in session.stream.iterate(expose_internal=True):
+                    queue.put_nowait(event)
+
+            self._queue = queue
+            self._pump = asyncio.get_running_loop().create_task(pump())
+        return self._queue
 
     def get_result(self) -> Any:
         """Deprecated: the run's result (raises before the run has ended)."""

@@ -107,6 +107,7 @@ class RunSession:
         self._limiters: dict[str, anyio.CapacityLimiter] = {}
         self._run_cache: dict[Any, Any] = {}
         self.spawn_context = contextvars.copy_context()
+        self._verbose = workflow._verbose_printer() if getattr(workflow, "_verbose", False) else None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -181,10 +182,14 @@ class RunSession:
     def publish(self, item: Any) -> None:
         """Append to the run's stream."""
         self.stream.push(item)
+        if self._verbose is not None:
+            self._verbose.published(item)
 
     def processed(self, tick: Tick, state: RunState) -> None:
         """Remember the latest state; keep the journal when asked to."""
         self.state = state
+        if self._verbose is not None:
+            self._verbose.processed(tick)
         if self.journal is not None:
             self.journal.append((tick, state.journal_seq - 1))
 

@@ -114,9 +114,15 @@ class StepScope:
             return
         try:
             anyio.from_thread.run_sync(self._post, tick)
-        except RuntimeError:
+        except RuntimeError as error:
+            if self.session.live:
+                raise RuntimeError(
+                    f"a Context of step {self.invocation.step!r} was used from a thread "
+                    "tickwork did not start for it; call it from the event loop's thread "
+                    "or from the step's own worker thread"
+                ) from error
             _log.warning(
-                "%s from step %r was dropped: the run is no longer reachable",
+                "%s from step %r was dropped: the run has ended",
                 type(tick).__name__,
                 self.invocation.step,
             )

@@ -267,7 +267,7 @@ def _start_invocation(tx: _Tx, step: str, item: WorkItem, slot: int) -> None:
         ),
     )
     tx.running += 1
-    tx.emit(PublishStepState(step, "running", str(slot), type(item.event)))
+    tx.emit(PublishStepState(step, "running", str(slot), type(item.event), event=item.event))
     tx.emit(RunWorker(invocation))
 
 
@@ -720,7 +720,13 @@ def _release_slot(tx: _Tx, invocation: Invocation) -> None:
 
 
 def _finish_invocation(
-    tx: _Tx, invocation: Invocation, *, publish: bool, output: type | None, has_output: bool = False
+    tx: _Tx,
+    invocation: Invocation,
+    *,
+    publish: bool,
+    output: type | None,
+    has_output: bool = False,
+    value: Any = None,
 ) -> None:
     """Free the invocation's slot and publish its NOT_RUNNING."""
     _release_slot(tx, invocation)
@@ -733,6 +739,7 @@ def _finish_invocation(
                 type(invocation.item.event),
                 output,
                 has_output,
+                event=value,
             )
         )
 
@@ -750,7 +757,9 @@ def _apply_completion(tx: _Tx, invocation: Invocation, outcome: Completed) -> No
     events: list[Any] = value if is_list else ([] if value is None else [value])
     last = (value[-1] if value else None) if is_list else value
     output_type = type(last)
-    _finish_invocation(tx, invocation, publish=True, output=output_type, has_output=True)
+    _finish_invocation(
+        tx, invocation, publish=True, output=output_type, has_output=True, value=value
+    )
     stop = next((ev for ev in events if isinstance(ev, StopEvent)), None)
     if stop is not None:
         _complete_run(tx, stop)

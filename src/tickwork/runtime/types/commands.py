@@ -58,6 +58,7 @@ class PublishStepState:
     input_type: type
     output_type: type | None = None
     has_output: bool = False
+    event: Any = None
 
 
 @dataclass(frozen=True, slots=True)
