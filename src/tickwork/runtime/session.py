@@ -23,7 +23,7 @@ import anyio
 from tickwork.events import StopEvent
 from tickwork.runtime.control_loop.runner import RunExit, control_loop, using_adapter
 from tickwork.runtime.event_stream import EventStream
-from tickwork.runtime.step_worker import execute_invocation
+from tickwork.runtime.step_worker import StepInvoker, execute_invocation
 from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.state import Invocation, RunConfig, RunState, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
@@ -40,7 +40,8 @@ _CURRENT_STEP_CONTEXT: contextvars.ContextVar[weakref.ref[Any] | None] = context
 def current_step_context() -> Any:
     """The step-face Context of the invocation running in this task/thread, or ``None``."""
     ref = _CURRENT_STEP_CONTEXT.get()
-    return ref() if ref is not None else None
+    scope = ref() if ref is not None else None
+    return scope.context() if scope is not None else None
 
 
 def detect_backend() -> str:
@@ -106,8 +107,11 @@ class RunSession:
         self._cancel_scope: anyio.CancelScope | None = None
         self._limiters: dict[str, anyio.CapacityLimiter] = {}
         self._run_cache: dict[Any, Any] = {}
+        self._invokers: dict[str, StepInvoker] = {}
         self.spawn_context = contextvars.copy_context()
-        self._verbose = workflow._verbose_printer() if getattr(workflow, "_verbose", False) else None
+        self._verbose = (
+            workflow._verbose_printer() if getattr(workflow, "_verbose", False) else None
+        )
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -253,10 +257,18 @@ class RunSession:
         return values
 
     @staticmethod
-    def enter_step(ctx: Any) -> None:
-        """Make ``ctx`` what ``Context.get_step_context()`` returns (weakly).
+    def enter_step(scope: Any) -> None:
+        """Make ``scope`` the invocation ``Context.get_step_context()`` refers to (weakly).
 
         Each invocation runs in its own task with its own copy of the contextvars, so
         the value never needs resetting.
         """
-        _CURRENT_STEP_CONTEXT.set(weakref.ref(ctx))
+        _CURRENT_STEP_CONTEXT.set(weakref.ref(scope))
+
+    def invoker(self, step: str) -> StepInvoker:
+        """The cached call plan of ``step``."""
+        invoker = self._invokers.get(step)
+        if invoker is None:
+            invoker = StepInvoker(self.step_functions[step], self.config.steps[step])
+            self._invokers[step] = invoker
+        return invoker

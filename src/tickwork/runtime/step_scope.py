@@ -105,6 +105,13 @@ class StepScope:
         self.collect_ops: list[CollectOp] = []
         self.deleted_waiters: list[str] = []
         self._views: dict[str, CollectBuffer] = {}
+        self._context: Any = None
+
+    def context(self) -> Any:
+        """The step-face ``Context`` of this invocation, built on first use."""
+        if self._context is None:
+            self._context = self.session.make_step_context(self)
+        return self._context
 
     # -- plumbing ----------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from tickwork.runtime.types.ticks import Tick
 if TYPE_CHECKING:
     from tickwork.runtime.session import RunSession
 
-__all__ = ["check_return_value", "execute_invocation"]
+__all__ = ["StepInvoker", "check_return_value", "execute_invocation"]
 
 
 def check_return_value(spec: StepSpec, value: Any) -> None:
@@ -63,54 +63,79 @@ def check_return_value(spec: StepSpec, value: Any) -> None:
         )
 
 
-async def _call_body(
-    session: RunSession, spec: StepSpec, fn: Callable[..., Any], kwargs: dict[str, Any]
-) -> Any:
-    if inspect.iscoroutinefunction(fn):
-        return await fn(**kwargs)
-    limiter = session.thread_limiter(spec)
-    return await anyio.to_thread.run_sync(
-        functools.partial(fn, **kwargs), abandon_on_cancel=True, limiter=limiter
+class StepInvoker:
+    """What calling one step needs, looked up once per run instead of per invocation."""
+
+    __slots__ = (
+        "collection_param",
+        "context_parameter",
+        "event_name",
+        "fn",
+        "is_async",
+        "resources",
+        "retry_policy",
+        "spec",
+        "timeout",
     )
+
+    def __init__(self, fn: Callable[..., Any], spec: StepSpec) -> None:
+        config = fn._step_config  # type: ignore[attr-defined]
+        self.fn = fn
+        self.spec = spec
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.timeout: float | None = config.timeout
+        self.retry_policy = config.retry_policy
+        self.event_name: str = config.event_name
+        self.context_parameter: str | None = config.context_parameter
+        self.collection_param: str | None = (
+            config.collection_param[0] if config.collection_param is not None else None
+        )
+        self.resources: list[Any] = list(config.resources)
 
 
 async def _bind_arguments(
-    session: RunSession, invocation: Invocation, config: Any, ctx: Any
+    session: RunSession, invocation: Invocation, invoker: StepInvoker, scope: StepScope
 ) -> dict[str, Any]:
     item = invocation.item
-    kwargs: dict[str, Any] = {}
-    if config.collection_param is not None:
-        kwargs[config.collection_param[0]] = list(getattr(item.event, "events", []))
+    kwargs: dict[str, Any]
+    if invoker.collection_param is not None:
+        kwargs = {invoker.collection_param: list(getattr(item.event, "events", []))}
     elif item.bound_events is not None:
-        kwargs.update(item.bound_events)
+        kwargs = dict(item.bound_events)
     else:
-        kwargs[config.event_name] = item.event
-    if config.context_parameter:
-        kwargs[config.context_parameter] = ctx
-    if config.resources:
-        kwargs.update(await session.resolve_resources(config.resources))
+        kwargs = {invoker.event_name: item.event}
+    if invoker.context_parameter:
+        kwargs[invoker.context_parameter] = scope.context()
+    if invoker.resources:
+        kwargs.update(await session.resolve_resources(invoker.resources))
     return kwargs
 
 
-async def _run_body(session: RunSession, invocation: Invocation, scope: StepScope) -> Any:
-    fn = session.step_functions[invocation.step]
-    config = fn._step_config  # type: ignore[attr-defined]
-    spec = session.config.steps[invocation.step]
-    ctx = session.make_step_context(scope)
-    session.enter_step(ctx)
-    kwargs = await _bind_arguments(session, invocation, config, ctx)
-    value = await _call_body(session, spec, fn, kwargs)
-    check_return_value(spec, value)
+async def _run_body(
+    session: RunSession, invocation: Invocation, invoker: StepInvoker, scope: StepScope
+) -> Any:
+    session.enter_step(scope)
+    kwargs = await _bind_arguments(session, invocation, invoker, scope)
+    if invoker.is_async:
+        value = await invoker.fn(**kwargs)
+    else:
+        value = await anyio.to_thread.run_sync(
+            functools.partial(invoker.fn, **kwargs),
+            abandon_on_cancel=True,
+            limiter=session.thread_limiter(invoker.spec),
+        )
+    check_return_value(invoker.spec, value)
     return value
 
 
 async def _run_with_timeout(
-    session: RunSession, invocation: Invocation, scope: StepScope, timeout: float | None
+    session: RunSession, invocation: Invocation, invoker: StepInvoker, scope: StepScope
 ) -> Any:
+    timeout = invoker.timeout
     if timeout is None:
-        return await _run_body(session, invocation, scope)
+        return await _run_body(session, invocation, invoker, scope)
     with anyio.move_on_after(timeout) as deadline:
-        return await _run_body(session, invocation, scope)
+        return await _run_body(session, invocation, invoker, scope)
     if deadline.cancelled_caught:
         raise StepTimeoutError(
             f"step {invocation.step!r} exceeded its timeout of {timeout} seconds",
@@ -121,11 +146,15 @@ async def _run_with_timeout(
 
 
 def _failure(
-    session: RunSession, invocation: Invocation, error: Exception, scope: StepScope
+    session: RunSession,
+    invocation: Invocation,
+    invoker: StepInvoker,
+    error: Exception,
+    scope: StepScope,
 ) -> Failed:
     """A ``Failed`` outcome with the retry decision taken now."""
     failed_at = time.time()
-    policy = session.step_functions[invocation.step]._step_config.retry_policy  # type: ignore[attr-defined]
+    policy = invoker.retry_policy
     delay: float | None = None
     if policy is not None:
         item = invocation.item
@@ -156,9 +185,9 @@ async def execute_invocation(
 ) -> StepOutcome:
     """Run one invocation to its outcome.  Only cancellation propagates."""
     scope = StepScope(session, invocation, post, threading.get_ident())
-    timeout = session.step_functions[invocation.step]._step_config.timeout  # type: ignore[attr-defined]
+    invoker = session.invoker(invocation.step)
     try:
-        value = await _run_with_timeout(session, invocation, scope, timeout)
+        value = await _run_with_timeout(session, invocation, invoker, scope)
     except Suspend as suspend:
         return Suspended(
             suspend.request,
@@ -167,9 +196,11 @@ async def execute_invocation(
             deleted_waiters=tuple(scope.deleted_waiters),
         )
     except Exception as error:
-        return _failure(session, invocation, error, scope)
+        return _failure(session, invocation, invoker, error, scope)
     finally:
         scope.returned = True
+    if not (scope.collect_ops or scope.deleted_waiters):
+        return Completed(value, scope.sends)
     return Completed(
         value,
         sends=scope.sends,

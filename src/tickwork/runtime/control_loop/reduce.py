@@ -86,6 +86,8 @@ from tickwork.runtime.types.ticks import (
 __all__ = ["initial_state", "reduce"]
 
 _FRESH_STEP = StepRunState()
+_NO_SENDS: frozenset[int] = frozenset()
+_NO_WAITERS: Mapping[str, Waiter] = {}
 _log = logging.getLogger("tickwork.runtime")
 
 
@@ -139,8 +141,20 @@ class _Tx:
         self.touched_streams: set[str] = set()
         self.steps: dict[str, StepRunState] = {}
         self.commands: list[Command] = []
-        for name in _SCALARS:
-            setattr(self, name, getattr(base, name))
+        self.status = base.status
+        self.is_running = base.is_running
+        self.queued = base.queued
+        self.running = base.running
+        self.waiter_index = base.waiter_index
+        self.streams = base.streams
+        self.releases = base.releases
+        self.stream_seq = base.stream_seq
+        self.work_item_seq = base.work_item_seq
+        self.invocation_seq = base.invocation_seq
+        self.journal_seq = base.journal_seq
+        self.elapsed_alive = base.elapsed_alive
+        self.last_alive_stamp = base.last_alive_stamp
+        self.idle_check_pending = base.idle_check_pending
 
     def step(self, name: str) -> StepRunState:
         current = self.steps.get(name)
@@ -248,23 +262,27 @@ def _smallest_free_slot(spec: StepSpec, step_state: StepRunState) -> int | None:
 def _start_invocation(tx: _Tx, step: str, item: WorkItem, slot: int) -> None:
     """Dispatch ``item`` to ``slot``: record the invocation and ask for a worker."""
     current = tx.step(step)
-    item_waiters = current.waiters_by_item.get(item.work_item_id, frozenset())
+    waiters = current.waiters
+    item_waiters = current.waiters_by_item.get(item.work_item_id) if waiters else None
+    inv_id = tx.mint_invocation()
     invocation = Invocation(
-        invocation_id=tx.mint_invocation(),
-        step=step,
-        worker_id=slot,
-        item=item,
-        dispatched_at=tx.now,
-        collect_view=current.collect_buffers,
-        waiters_view={wid: current.waiters[wid] for wid in item_waiters},
-    )
-    tx.put_step(
+        inv_id,
         step,
-        replace(
-            current,
-            in_progress=current.in_progress.set(invocation.invocation_id, invocation),
-            busy_slots=current.busy_slots | {slot},
-        ),
+        slot,
+        item,
+        tx.now,
+        _NO_SENDS,
+        current.collect_buffers,
+        {wid: waiters[wid] for wid in item_waiters} if item_waiters else _NO_WAITERS,
+    )
+    tx.steps[step] = StepRunState(
+        current.queue,
+        current.in_progress.set(inv_id, invocation),
+        current.busy_slots | {slot},
+        current.collect_buffers,
+        current.join_buffer,
+        waiters,
+        current.waiters_by_item,
     )
     tx.running += 1
     tx.emit(PublishStepState(step, "running", str(slot), type(item.event), event=item.event))
@@ -707,16 +725,18 @@ def _find_invocation(tx: _Tx, tick: StepResult) -> Invocation | None:
 
 
 def _release_slot(tx: _Tx, invocation: Invocation) -> None:
-    current = tx.step(invocation.step)
-    tx.put_step(
-        invocation.step,
-        replace(
-            current,
-            in_progress=current.in_progress.delete(invocation.invocation_id),
-            busy_slots=current.busy_slots - {invocation.worker_id},
-        ),
+    step = invocation.step
+    current = tx.step(step)
+    tx.steps[step] = StepRunState(
+        current.queue,
+        current.in_progress.delete(invocation.invocation_id),
+        current.busy_slots - {invocation.worker_id},
+        current.collect_buffers,
+        current.join_buffer,
+        current.waiters,
+        current.waiters_by_item,
     )
-    tx.running += -1
+    tx.running -= 1
 
 
 def _finish_invocation(

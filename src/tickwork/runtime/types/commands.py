@@ -23,28 +23,28 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunWorker:
     """Start an invocation of a step in a worker slot."""
 
     invocation: Invocation
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CancelWorker:
     """Cancel a running invocation; its result will be discarded."""
 
     invocation_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PublishEvent:
     """Append an event to the run's stream."""
 
     event: Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PublishStepState:
     """Append a ``StepStateChanged`` to the stream.
 
@@ -61,14 +61,14 @@ class PublishStepState:
     event: Any = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CompleteRun:
     """The run ended with ``stop_event``: publish it last and deliver the result."""
 
     stop_event: Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FailWorkflow:
     """The run failed: publish ``WorkflowFailedEvent`` and raise ``exception``."""
 
@@ -78,7 +78,7 @@ class FailWorkflow:
     elapsed_seconds: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Halt:
     """The run stopped without a result: a graceful cancel or a timeout."""
 
@@ -87,7 +87,7 @@ class Halt:
     terminal_event: Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ScheduleWakeup:
     """Deliver a ``Wakeup`` for ``step`` at ``due_at`` (a delayed retry)."""
 
@@ -95,14 +95,14 @@ class ScheduleWakeup:
     step: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ScheduleTimeout:
     """Deliver a ``Timeout`` at ``due_at``."""
 
     due_at: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ScheduleWaiterTimeout:
     """Deliver a ``WaiterTimeout`` for a waiter at ``due_at``."""
 
@@ -111,7 +111,7 @@ class ScheduleWaiterTimeout:
     waiter_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ScheduleIdleCheck:
     """Deliver an ``IdleCheck`` once every pending input has been processed."""
 

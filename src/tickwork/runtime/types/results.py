@@ -22,7 +22,7 @@ __all__ = [
 CollectDecision = Literal["buffered", "dropped", "released"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CollectOp:
     """One ``ctx.collect_events`` call, as the invocation decided it from its view.
 
@@ -39,7 +39,7 @@ class CollectOp:
     released_count: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WaiterRequest:
     """A ``wait_for_event`` call that found no resolved event: register and suspend."""
 
@@ -50,7 +50,7 @@ class WaiterRequest:
     timeout: float | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Completed:
     """The body returned ``value`` (an event, a list for a fan-out, or ``None``)."""
 
@@ -60,7 +60,7 @@ class Completed:
     deleted_waiters: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Failed:
     """The body raised; ``retry_delay`` is the policy's decision (``None``: no retry)."""
 
@@ -71,7 +71,7 @@ class Failed:
     deleted_waiters: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Suspended:
     """The body awaited an event nobody has sent yet: register a waiter."""
 

@@ -1,9 +1,15 @@
 """The run state: an immutable config shared by every run of a workflow, plus the
 per-run part that the reducer replaces tick by tick.
 
-Every record here is a frozen dataclass; containers that can grow with the run
-(queues, in-flight maps, waiters, buffers) are persistent containers from
-:mod:`tickwork.runtime.types.persistent`, so one tick copies only what it touches.
+Records are **values**: nothing ever changes one after it is built; the reducer makes
+a new record (``evolve``) instead.  They are slotted dataclasses without ``frozen=True``
+on purpose: a frozen dataclass routes every field of ``__init__`` through
+``object.__setattr__``, which made building records about 7x slower, and a tick builds
+a dozen of them.  Immutability is enforced by the reducer's property tests (the input
+state is compared before and after every reduction) instead of at run time.
+Containers that can grow with the run (queues, in-flight maps, waiters, buffers) are
+persistent containers from :mod:`tickwork.runtime.types.persistent`, so one tick copies
+only what it touches.
 """
 
 from __future__ import annotations
@@ -112,7 +118,7 @@ class RunConfig:
         return cached
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WorkItem:
     """One delivery of one event (or one join batch) to one step.
 
@@ -132,7 +138,7 @@ class WorkItem:
     not_before: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CollectBuffer:
     """A ``ctx.collect_events`` buffer of one step.
 
@@ -145,7 +151,7 @@ class CollectBuffer:
     generation: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Waiter:
     """A suspended ``wait_for_event`` call and the work item to re-deliver."""
 
@@ -175,7 +181,7 @@ class Waiter:
         return True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Invocation:
     """One execution of a step body for a work item, and what it saw at dispatch."""
 
@@ -189,7 +195,7 @@ class Invocation:
     waiters_view: Mapping[str, Waiter] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StreamState:
     """An open fan-out stream and its open-work counter (api.md §21.1.3)."""
 
@@ -200,7 +206,7 @@ class StreamState:
     accepting_binding_ids: frozenset[str]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReleaseState:
     """The buffer of one binding for one stream, until it fires."""
 
@@ -210,7 +216,7 @@ class ReleaseState:
     released: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StepRunState:
     """The per-run state of one step."""
 
@@ -223,7 +229,7 @@ class StepRunState:
     waiters_by_item: PMap[str, frozenset[str]] = field(default_factory=PMap)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunState:
     """Everything the reducer knows about one run.
 

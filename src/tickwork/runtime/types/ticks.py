@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SessionStart:
     """A run starts or resumes in this process: rewind in-flight work, arm the timers."""
 
@@ -37,7 +37,7 @@ class SessionStart:
     start_event: Any = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AddEvent:
     """An event enters the run: from the caller, or sent by a step (``emission_key`` set)."""
 
@@ -49,7 +49,7 @@ class AddEvent:
     recovery_counts: Mapping[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StepResult:
     """An invocation finished: its outcome, with any retry decision already taken."""
 
@@ -59,7 +59,7 @@ class StepResult:
     outcome: StepOutcome
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PublishEvent:
     """A step (or the caller) wrote an event to the run's stream."""
 
@@ -68,21 +68,21 @@ class PublishEvent:
     invocation_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CancelRun:
     """The caller asked for a graceful cancel."""
 
     stamped_at: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Timeout:
     """The run's alive-time timer fired."""
 
     stamped_at: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Wakeup:
     """A delayed retry of ``step`` is due."""
 
@@ -90,7 +90,7 @@ class Wakeup:
     step: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WaiterTimeout:
     """The alive-time budget of waiter ``waiter_id`` of ``step`` may have run out."""
 
@@ -99,7 +99,7 @@ class WaiterTimeout:
     waiter_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class IdleCheck:
     """Every pending input was processed after the run became quiescent."""
 

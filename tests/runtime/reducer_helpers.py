@@ -1,0 +1,122 @@
+"""Helpers shared by the reducer tests: command summaries and structural fingerprints.
+
+``fingerprint`` turns a run state (or any command/tick) into nested tuples of plain
+values, so two states can be compared by *content* even when they hold different
+exception objects or persistent containers with different internal shapes.  It is also
+how the purity tests detect a reducer that mutated its input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from tickwork.runtime.types.commands import (
+    CancelWorker,
+    CompleteRun,
+    FailWorkflow,
+    Halt,
+    PublishEvent,
+    PublishStepState,
+    RunWorker,
+    ScheduleIdleCheck,
+    ScheduleTimeout,
+    ScheduleWaiterTimeout,
+    ScheduleWakeup,
+)
+from tickwork.runtime.types.persistent import PList, PMap, PQueue
+
+__all__ = ["fingerprint", "summary"]
+
+
+def _sorted(items: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(sorted(items, key=repr))
+
+
+def fingerprint(obj: Any) -> Any:
+    """A hashable-free, order-stable description of ``obj``'s content."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, type):
+        return ("type", obj.__module__, obj.__qualname__)
+    if isinstance(obj, enum.Enum):
+        return ("enum", type(obj).__qualname__, obj.name)
+    if isinstance(obj, BaseException):
+        return ("exc", type(obj).__qualname__, tuple(repr(a) for a in obj.args))
+    if isinstance(obj, datetime):
+        return ("datetime", obj.isoformat())
+    if isinstance(obj, PQueue):
+        return ("PQueue", tuple(fingerprint(x) for x in obj))
+    if isinstance(obj, PList):
+        return ("PList", tuple(fingerprint(x) for x in obj))
+    if isinstance(obj, PMap):
+        return ("PMap", _sorted((fingerprint(k), fingerprint(v)) for k, v in obj.items()))
+    if isinstance(obj, BaseModel):
+        private = obj.__pydantic_private__ or {}
+        kept = {k: v for k, v in private.items() if v is not None and v != {}}
+        return (
+            "model",
+            type(obj).__module__,
+            type(obj).__qualname__,
+            fingerprint(dict(obj.__dict__)),
+            fingerprint(kept),
+        )
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return (
+            "record",
+            type(obj).__qualname__,
+            tuple(
+                (f.name, fingerprint(getattr(obj, f.name)))
+                for f in dataclasses.fields(obj)
+                if f.compare
+            ),
+        )
+    if isinstance(obj, Mapping):
+        return ("map", _sorted((fingerprint(k), fingerprint(v)) for k, v in obj.items()))
+    if isinstance(obj, (set, frozenset)):
+        return ("set", _sorted(fingerprint(x) for x in obj))
+    if isinstance(obj, (list, tuple)):
+        return (type(obj).__name__, tuple(fingerprint(x) for x in obj))
+    raise TypeError(f"cannot fingerprint {type(obj).__qualname__}")
+
+
+def summary(commands: Iterable[Any]) -> list[tuple[Any, ...]]:
+    """Commands as short tuples that keep their type, order and the fields that matter.
+
+    * ``PublishStepState`` -> ``(state, step, worker_id)``
+    * ``RunWorker`` -> ``("run", step, work_item_id, worker_id)``
+    * the others -> their tag and fields (exceptions of ``Halt`` by type).
+    """
+    out: list[tuple[Any, ...]] = []
+    for c in commands:
+        if isinstance(c, PublishStepState):
+            out.append((c.state, c.step, c.worker_id))
+        elif isinstance(c, RunWorker):
+            inv = c.invocation
+            out.append(("run", inv.step, inv.item.work_item_id, inv.worker_id))
+        elif isinstance(c, CancelWorker):
+            out.append(("cancel", c.invocation_id))
+        elif isinstance(c, PublishEvent):
+            out.append(("publish", c.event))
+        elif isinstance(c, CompleteRun):
+            out.append(("complete", c.stop_event))
+        elif isinstance(c, FailWorkflow):
+            out.append(("fail", c.step_name, c.exception, c.attempts, c.elapsed_seconds))
+        elif isinstance(c, Halt):
+            out.append(("halt", c.reason, type(c.exception), c.terminal_event))
+        elif isinstance(c, ScheduleWakeup):
+            out.append(("wakeup", c.due_at, c.step))
+        elif isinstance(c, ScheduleTimeout):
+            out.append(("timeout", c.due_at))
+        elif isinstance(c, ScheduleWaiterTimeout):
+            out.append(("waiter_timeout", c.due_at, c.step, c.waiter_id))
+        elif isinstance(c, ScheduleIdleCheck):
+            out.append(("idle_check",))
+        else:  # pragma: no cover - a new command type must be added here
+            raise AssertionError(f"unknown command {c!r}")
+    return out

@@ -1,0 +1,995 @@
+"""End-to-end tests of the run lifecycle (api.md §19, §20, §22, §24, §25).
+
+Every async test runs under asyncio and trio (see ``conftest.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timezone
+from typing import Any
+
+import anyio
+import pytest
+
+from tickwork import Context, Event, InputRequiredEvent, StartEvent, StopEvent, Workflow, step
+from tickwork.errors import (
+    StepTimeoutError,
+    WorkflowCancelledByUser,
+    WorkflowRuntimeError,
+    WorkflowTimeoutError,
+)
+from tickwork.events import (
+    StepState,
+    StepStateChanged,
+    UnhandledEvent,
+    WorkflowCancelledEvent,
+    WorkflowFailedEvent,
+    WorkflowIdleEvent,
+    WorkflowTimedOutEvent,
+)
+from tickwork.retry_policy import (
+    RetryInfo,
+    retry_if_exception_type,
+    retry_policy,
+    stop_after_attempt,
+    wait_fixed,
+)
+
+pytestmark = pytest.mark.anyio
+
+FAST_RETRY = retry_policy(wait=wait_fixed(0), stop=stop_after_attempt(3))
+
+
+# --------------------------------------------------------------------------- events
+
+
+class Middle(Event):
+    value: int = 0
+
+
+class Task(Event):
+    n: int
+
+
+class Done(Event):
+    n: int
+
+
+class Ping(Event):
+    msg: str = ""
+
+
+class Orphan(Event):
+    pass
+
+
+class Note(Event):
+    text: str
+
+
+class NeedInput(InputRequiredEvent):
+    prompt: str = ""
+
+
+class BoomError(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+async def drain(handler: Any) -> list[Event]:
+    return [ev async for ev in handler.stream_events(expose_internal=True)]
+
+
+def states(events: list[Event], name: str | None = None) -> list[tuple[str, str, str, str, Any]]:
+    """(step, state, worker_id, input_event_name, output_event_name) tuples."""
+    return [
+        (e.name, e.step_state.value, e.worker_id, e.input_event_name, e.output_event_name)
+        for e in events
+        if isinstance(e, StepStateChanged) and (name is None or e.name == name)
+    ]
+
+
+def cls_str(cls: type) -> str:
+    return str(cls)
+
+
+def terminal_count(events: list[Event]) -> int:
+    return sum(isinstance(e, StopEvent) for e in events)
+
+
+# --------------------------------------------------------------------------- workflows
+
+
+class SleepyFlow(Workflow):
+    """One or two steps that sleep; records cancellation."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cancelled: list[str] = []
+        self.entered: list[str] = []
+
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Middle | StopEvent | None:
+        if ev.get("idle"):
+            return None
+        if ev.get("two"):
+            ctx.send_event(Middle(value=1))
+        self.entered.append("start")
+        try:
+            await anyio.sleep(float(ev.get("delay", 5)))
+        except BaseException:
+            self.cancelled.append("start")
+            raise
+        return StopEvent(result="finished")
+
+    @step
+    async def beta(self, ev: Middle) -> None:
+        self.entered.append("beta")
+        try:
+            await anyio.sleep(5)
+        except BaseException:
+            self.cancelled.append("beta")
+            raise
+
+
+class TwoStepFlow(Workflow):
+    @step
+    async def first(self, ev: StartEvent) -> Middle:
+        return Middle(value=1)
+
+    @step
+    async def second(self, ev: Middle) -> StopEvent:
+        return StopEvent(result=ev.value + 1)
+
+
+class FailFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.raised: BaseException | None = None
+        self.sibling_cancelled = False
+
+    @step(skip_graph_checks=["dead_end"])
+    async def start(self, ctx: Context, ev: StartEvent) -> Middle | None:
+        ctx.send_event(Middle())
+        return None
+
+    @step
+    async def explode(self, ev: StartEvent) -> StopEvent:
+        await anyio.sleep(0.05)
+        self.raised = BoomError("explode failed")
+        raise self.raised
+
+    @step
+    async def sibling(self, ev: Middle) -> None:
+        try:
+            await anyio.sleep(5)
+        except BaseException:
+            self.sibling_cancelled = True
+            raise
+
+
+class BadReturnFlow(Workflow):
+    @step
+    async def start(self, ev: StartEvent) -> StopEvent:
+        kind = ev.get("kind")
+        if kind == "int":
+            return 42  # type: ignore[return-value]
+        if kind == "list":
+            return [StopEvent()]  # type: ignore[return-value]
+        return {"a": 1}  # type: ignore[return-value]
+
+
+class QueueFlow(Workflow):
+    """``work`` has a limited number of slots and waits for test-controlled gates."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.gates: dict[int, anyio.Event] = {}
+        self.order: list[int] = []
+
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Task | None:
+        await ctx.store.set("total", ev.get("total", ev.get("count")))
+        for i in range(int(ev.get("count"))):
+            ctx.send_event(Task(n=i))
+        return None
+
+    @step(num_workers=2)
+    async def work(self, ev: Task) -> Done:
+        self.order.append(ev.n)
+        await self.gates[ev.n].wait()
+        return Done(n=ev.n)
+
+    @step(num_workers=1)
+    async def join(self, ctx: Context, ev: Done) -> StopEvent | None:
+        got = ctx.collect_events(ev, [Done] * int(await ctx.store.get("total")))
+        if got is None:
+            return None
+        return StopEvent(result=[d.n for d in got])
+
+
+class WideQueueFlow(QueueFlow):
+    @step(num_workers=3)
+    async def work(self, ev: Task) -> Done:
+        self.order.append(ev.n)
+        await self.gates[ev.n].wait()
+        return Done(n=ev.n)
+
+
+class FifoFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.order: list[int] = []
+
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Task | None:
+        for i in range(6):
+            ctx.send_event(Task(n=i))
+        return None
+
+    @step(num_workers=1)
+    async def work(self, ev: Task) -> Done:
+        self.order.append(ev.n)
+        await anyio.sleep(0.001)
+        return Done(n=ev.n)
+
+    @step(num_workers=1)
+    async def join(self, ctx: Context, ev: Done) -> StopEvent | None:
+        got = ctx.collect_events(ev, [Done] * 6)
+        return None if got is None else StopEvent(result=[d.n for d in got])
+
+
+class IdleFlow(Workflow):
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Ping | NeedInput | None:
+        if ev.get("orphan"):
+            ctx.send_event(Orphan())
+            await anyio.sleep(0.05)
+        if ev.get("ask"):
+            return NeedInput(prompt="?")
+        return None
+
+    @step
+    async def finish(self, ev: Ping) -> StopEvent:
+        return StopEvent(result=f"pong:{ev.msg}")
+
+
+class TimedRunFlow(Workflow):
+    """Records (start, end) wall times of each run."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spans: list[tuple[float, float]] = []
+
+    @step
+    async def only(self, ev: StartEvent) -> StopEvent:
+        t0 = time.monotonic()
+        await anyio.sleep(0.1)
+        self.spans.append((t0, time.monotonic()))
+        return StopEvent(result=ev.get("tag"))
+
+
+class SyncFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.loop_thread = 0
+        self.step_threads: list[int] = []
+
+    @step
+    async def begin(self, ctx: Context, ev: StartEvent) -> Task | None:
+        self.loop_thread = threading.get_ident()
+        await ctx.store.set("seed", 10)
+        ctx.send_event(Task(n=1))
+        return None
+
+    @step
+    def sync_work(self, ctx: Context, ev: Task) -> Done | Ping:
+        self.step_threads.append(threading.get_ident())
+        assert Context.get_step_context() is ctx
+        info = ctx.retry_info()
+        seed = ctx.store.sync.get("seed")
+        ctx.store.sync.set("from_sync", seed + info.retry_number + 1)
+        with ctx.store.sync.edit_state() as state:
+            state["edited"] = True
+        ctx.write_event_to_stream(Note(text="from thread"))
+        ctx.send_event(Ping(msg="sent from thread"))
+        return Done(n=ev.n)
+
+    @step
+    def sync_join(self, ctx: Context, ev: Done | Ping) -> StopEvent | None:
+        self.step_threads.append(threading.get_ident())
+        got = ctx.collect_events(ev, [Done, Ping])
+        if got is None:
+            return None
+        state = ctx.store.sync.get_state()
+        return StopEvent(
+            result={
+                "events": [type(e).__name__ for e in got],
+                "from_sync": state["from_sync"],
+                "edited": state["edited"],
+                "msg": got[1].msg,
+            }
+        )
+
+
+class ChildFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cancelled = False
+
+    @step
+    async def child_step(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        ctx.write_event_to_stream(Note(text=f"child x={ev.get('x')}"))
+        mode = ev.get("mode")
+        if mode == "fail":
+            raise BoomError("child failed")
+        if mode == "hang":
+            try:
+                await anyio.sleep(5)
+            except BaseException:
+                self.cancelled = True
+                raise
+        return StopEvent(result=ev.get("x") * 2)
+
+
+class ParentFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.child: ChildFlow | None = None
+        self.child_handler: Any = None
+
+    @step
+    async def parent_step(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        self.child = ChildFlow(timeout=5)
+        child = self.child.run(x=ev.get("x", 1), mode=ev.get("mode"))
+        self.child_handler = child
+        if ev.get("mode") != "hang":
+            async for cev in child.stream_events():
+                if not isinstance(cev, StopEvent):
+                    ctx.write_event_to_stream(cev)
+        result = await child
+        return StopEvent(result=("parent", result, child.run_id != ctx.run_id))
+
+
+class StepTimeoutFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.attempts = 0
+
+    @step(timeout=0.1)
+    async def slow(self, ev: StartEvent) -> StopEvent:
+        self.attempts += 1
+        await anyio.sleep(5)
+        return StopEvent(result="never")
+
+
+class StepTimeoutRetryFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.infos: list[RetryInfo] = []
+
+    @step(
+        timeout=0.1,
+        retry_policy=retry_policy(
+            retry=retry_if_exception_type(TimeoutError),
+            wait=wait_fixed(0),
+            stop=stop_after_attempt(3),
+        ),
+    )
+    async def slow(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        info = ctx.retry_info()
+        self.infos.append(info)
+        if info.retry_number == 0:
+            await anyio.sleep(5)
+        return StopEvent(result="second attempt")
+
+
+class SyncStepTimeoutFlow(Workflow):
+    @step(timeout=0.1)
+    def slow(self, ev: StartEvent) -> StopEvent:
+        time.sleep(0.4)
+        return StopEvent(result="late")
+
+
+class RetryFlow(Workflow):
+    def __init__(self, fail_times: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.fail_times = fail_times
+        self.infos: list[RetryInfo] = []
+        self.errors: list[BoomError] = []
+
+    @step(retry_policy=FAST_RETRY)
+    async def flaky(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        info = ctx.retry_info()
+        self.infos.append(info)
+        if len(self.infos) <= self.fail_times:
+            err = BoomError(f"attempt {len(self.infos)}")
+            self.errors.append(err)
+            raise err
+        return StopEvent(result=f"ok after {len(self.infos)}")
+
+
+class DoubleStopFlow(Workflow):
+    """Two steps race to stop; a third writes to the stream after the stop."""
+
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Middle | None:
+        ctx.send_event(Middle(value=1))
+        ctx.send_event(Middle(value=2))
+        return None
+
+    @step(num_workers=2)
+    async def stopper(self, ctx: Context, ev: Middle) -> StopEvent:
+        await anyio.sleep(0.02 * ev.value)
+        return StopEvent(result=ev.value)
+
+    @step
+    async def late_writer(self, ctx: Context, ev: StartEvent) -> None:
+        await anyio.sleep(0.01)
+        try:
+            await anyio.sleep(0.2)
+        finally:
+            ctx.write_event_to_stream(Note(text="after stop"))
+
+
+class StubbornFlow(Workflow):
+    """A step that ignores cancellation must not delay the result beyond 0.5 s."""
+
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Middle | StopEvent:
+        ctx.send_event(Middle())
+        await anyio.sleep(0.05)
+        return StopEvent(result="fast")
+
+    @step
+    async def stubborn(self, ev: Middle) -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(1.0)
+
+
+class SyncLateWriterFlow(Workflow):
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Middle | StopEvent:
+        ctx.send_event(Middle())
+        await anyio.sleep(0.05)
+        return StopEvent(result="done")
+
+    @step
+    def slow_sync(self, ctx: Context, ev: Middle) -> None:
+        time.sleep(0.2)
+        ctx.write_event_to_stream(Note(text="too late"))
+
+
+# --------------------------------------------------------------------------- workflow timeout
+
+
+async def test_timeout_publishes_timed_out_event_last_and_raises() -> None:
+    wf = SleepyFlow(timeout=0.2)
+    handler = wf.run(two=True)
+    events = await drain(handler)
+    last = events[-1]
+    assert isinstance(last, WorkflowTimedOutEvent)
+    assert last.timeout == 0.2
+    assert last.active_steps == ["beta", "start"]
+    assert terminal_count(events) == 1
+    with pytest.raises(WorkflowTimeoutError) as info:
+        await handler
+    msg = str(info.value)
+    assert "0.2" in msg
+    assert "beta" in msg and "start" in msg
+    assert sorted(wf.cancelled) == ["beta", "start"]
+    assert handler.is_done()
+
+
+async def test_timeout_with_no_active_step() -> None:
+    handler = SleepyFlow(timeout=0.2).run(idle=True)
+    events = await drain(handler)
+    assert isinstance(events[-1], WorkflowTimedOutEvent)
+    assert events[-1].active_steps == []
+    with pytest.raises(WorkflowTimeoutError) as info:
+        await handler
+    msg = str(info.value)
+    assert "0.2" in msg
+    assert "start" not in msg
+    assert "no step" in msg.lower()
+
+
+async def test_timeout_zero_times_out_at_once() -> None:
+    t0 = time.monotonic()
+    handler = SleepyFlow(timeout=0).run(delay=1)
+    events = await drain(handler)
+    assert isinstance(events[-1], WorkflowTimedOutEvent)
+    assert events[-1].timeout == 0
+    with pytest.raises(WorkflowTimeoutError):
+        await handler
+    assert time.monotonic() - t0 < 0.5
+
+
+async def test_timeout_none_disables_budget() -> None:
+    assert await SleepyFlow(timeout=None).run(delay=0.05) == "finished"
+
+
+# --------------------------------------------------------------------------- graceful cancel
+
+
+async def test_cancel_run_publishes_cancelled_event_and_raises_cancelled_by_user() -> None:
+    wf = SleepyFlow(timeout=5)
+    handler = wf.run(two=True)
+    with anyio.fail_after(2):
+        while sorted(wf.entered) != ["beta", "start"]:
+            await anyio.sleep(0.005)
+    await handler.cancel_run()
+    events = await drain(handler)
+    assert isinstance(events[-1], WorkflowCancelledEvent)
+    assert terminal_count(events) == 1
+    with pytest.raises(WorkflowCancelledByUser):
+        await handler
+    assert sorted(wf.cancelled) == ["beta", "start"]
+    # Invocations cancelled by the run's end publish no NOT_RUNNING.
+    assert not [s for s in states(events) if s[1] == "not_running" and s[0] == "beta"]
+
+
+# --------------------------------------------------------------------------- step failure
+
+
+async def test_step_failure_publishes_failed_event_and_raises_original_exception() -> None:
+    wf = FailFlow(timeout=5)
+    handler = wf.run()
+    events = await drain(handler)
+    last = events[-1]
+    assert isinstance(last, WorkflowFailedEvent)
+    assert last.step_name == "explode"
+    assert last.attempts == 1
+    assert last.elapsed_seconds is not None and 0.04 <= last.elapsed_seconds < 2
+    assert last.exception is wf.raised
+    dumped = last.model_dump()
+    assert dumped["exception"] == {
+        "exception_type": f"{__name__}.BoomError",
+        "exception_message": "explode failed",
+    }
+    assert "step_name='explode'" in repr(last)
+    assert "explode failed" in repr(last)
+    assert terminal_count(events) == 1
+    with pytest.raises(BoomError) as info:
+        await handler
+    assert info.value is wf.raised
+    assert wf.sibling_cancelled is True
+    # The failed invocation's NOT_RUNNING has no output and precedes the failure event.
+    explode = states(events, "explode")
+    assert explode[-1][1] == "not_running"
+    assert explode[-1][4] is None
+
+
+@pytest.mark.parametrize(("kind", "type_name"), [("int", "int"), ("dict", "dict"), ("list", "list")])
+async def test_non_event_return_is_runtime_error_naming_step_and_type(
+    kind: str, type_name: str
+) -> None:
+    handler = BadReturnFlow(timeout=5).run(kind=kind)
+    events = await drain(handler)
+    assert isinstance(events[-1], WorkflowFailedEvent)
+    assert events[-1].step_name == "start"
+    with pytest.raises(WorkflowRuntimeError) as info:
+        await handler
+    msg = str(info.value)
+    assert "start" in msg
+    assert type_name in msg
+
+
+# --------------------------------------------------------------------------- StepStateChanged
+
+
+async def test_step_state_changed_sequence_for_two_steps() -> None:
+    handler = TwoStepFlow(timeout=5).run()
+    events = await drain(handler)
+    assert states(events) == [
+        ("first", "running", "0", "StartEvent", None),
+        ("first", "not_running", "0", cls_str(StartEvent), cls_str(Middle)),
+        ("second", "running", "0", "Middle", None),
+        ("second", "not_running", "0", cls_str(Middle), cls_str(StopEvent)),
+    ]
+    assert type(events[-1]) is StopEvent
+    assert events[-1].result == 2
+    # NOT_RUNNING of the stopping step comes right before the StopEvent.
+    assert isinstance(events[-2], StepStateChanged)
+    assert events[-2].step_state is StepState.NOT_RUNNING
+    assert all(isinstance(e.step_state, StepState) for e in events if isinstance(e, StepStateChanged))
+
+
+async def test_preparing_when_workers_exhausted_and_freed_slot_reused() -> None:
+    wf = QueueFlow(timeout=5)
+    for i in range(4):
+        wf.gates[i] = anyio.Event()
+    handler = wf.run(count=4)
+    events: list[Event] = []
+    async for ev in handler.stream_events(expose_internal=True):
+        events.append(ev)
+        work = states(events, "work")
+        if len(work) == 4 and work[-1][1] == "preparing":
+            wf.gates[1].set()  # the item on slot 1 finishes first
+        if isinstance(ev, StepStateChanged) and ev.name == "work" and ev.step_state.value == "running":
+            running = [s for s in states(events, "work") if s[1] == "running"]
+            if len(running) == 3:
+                wf.gates[0].set()
+            if len(running) == 4:
+                wf.gates[2].set()
+                wf.gates[3].set()
+    assert await handler == [1, 0, 2, 3] or await handler == [1, 0, 3, 2]
+    work = states(events, "work")
+    assert work[:6] == [
+        ("work", "running", "0", "Task", None),
+        ("work", "running", "1", "Task", None),
+        ("work", "preparing", "<enqueued>", "Task", None),
+        ("work", "preparing", "<enqueued>", "Task", None),
+        ("work", "not_running", "1", cls_str(Task), cls_str(Done)),
+        ("work", "running", "1", "Task", None),
+    ]
+    assert work[6:8] == [
+        ("work", "not_running", "0", cls_str(Task), cls_str(Done)),
+        ("work", "running", "0", "Task", None),
+    ]
+    assert sorted(s[2] for s in work[8:]) == ["0", "1"]
+    assert all(s[1] == "not_running" for s in work[8:])
+    # Queued items are dispatched in FIFO order (0 and 1 start concurrently).
+    assert sorted(wf.order[:2]) == [0, 1]
+    assert wf.order[2:] == [2, 3]
+
+
+async def test_dispatch_takes_smallest_free_slot() -> None:
+    wf = WideQueueFlow(timeout=5)
+    for i in range(5):
+        wf.gates[i] = anyio.Event()
+    handler = wf.run(count=3, total=5)
+    events: list[Event] = []
+    sent = sent_second = False
+    async for ev in handler.stream_events(expose_internal=True):
+        events.append(ev)
+        work = states(events, "work")
+        running = [s for s in work if s[1] == "running"]
+        finished = [s for s in work if s[1] == "not_running"]
+        if len(running) == 3 and not finished and not wf.gates[2].is_set():
+            # Free slot 2 first, then slot 1: slots 1 and 2 are free, 0 is busy.
+            wf.gates[2].set()
+        if len(finished) == 1 and not wf.gates[1].is_set():
+            wf.gates[1].set()
+        if len(finished) == 2 and not sent:
+            sent = True
+            handler.ctx.send_event(Task(n=3))
+        if len(running) == 4 and not sent_second:
+            sent_second = True
+            handler.ctx.send_event(Task(n=4))
+        if len(running) == 5:
+            for n in (0, 3, 4):
+                wf.gates[n].set()
+    await handler
+    running_slots = [s[2] for s in states(events, "work") if s[1] == "running"]
+    # Task 3 takes slot 1 (smallest free of {1, 2}); task 4 then takes slot 2.
+    assert running_slots == ["0", "1", "2", "1", "2"]
+
+
+async def test_num_workers_queue_is_fifo() -> None:
+    wf = FifoFlow(timeout=5)
+    assert await wf.run() == [0, 1, 2, 3, 4, 5]
+    assert wf.order == [0, 1, 2, 3, 4, 5]
+
+
+# --------------------------------------------------------------------------- unhandled / idle
+
+
+async def test_unhandled_event_published_for_event_nobody_accepts() -> None:
+    handler = IdleFlow(timeout=5).run(orphan=True)
+    events: list[Event] = []
+    async for ev in handler.stream_events(expose_internal=True):
+        events.append(ev)
+        idles = [e for e in events if isinstance(e, WorkflowIdleEvent)]
+        unhandled = [e for e in events if isinstance(e, UnhandledEvent)]
+        if isinstance(ev, WorkflowIdleEvent) and len(idles) == 1:
+            handler.ctx.send_event(Orphan())
+        if isinstance(ev, UnhandledEvent) and len(unhandled) == 2:
+            handler.ctx.send_event(Ping(msg="x"))
+    assert await handler == "pong:x"
+    unhandled = [e for e in events if isinstance(e, UnhandledEvent)]
+    assert len(unhandled) == 2
+    for u in unhandled:
+        assert u.event_type == "Orphan"
+        assert u.qualified_name == f"{__name__}.Orphan"
+        assert u.step_name is None
+    # The first was sent while ``start`` was still running, the second at an idle point.
+    assert unhandled[0].idle is False
+    assert unhandled[1].idle is True
+
+
+async def test_input_required_event_is_published_not_unhandled() -> None:
+    handler = IdleFlow(timeout=5).run(ask=True)
+    events: list[Event] = []
+    async for ev in handler.stream_events(expose_internal=True):
+        events.append(ev)
+        if isinstance(ev, NeedInput):
+            handler.ctx.send_event(Ping(msg="answer"))
+    assert await handler == "pong:answer"
+    assert sum(isinstance(e, NeedInput) for e in events) == 1
+    assert not any(isinstance(e, UnhandledEvent) for e in events)
+    # Published right after the returning step's NOT_RUNNING.
+    idx = next(i for i, e in enumerate(events) if isinstance(e, NeedInput))
+    prev = events[idx - 1]
+    assert isinstance(prev, StepStateChanged)
+    assert prev.name == "start" and prev.step_state is StepState.NOT_RUNNING
+    assert prev.output_event_name == cls_str(NeedInput)
+
+
+async def test_idle_event_when_quiescent_and_idle_does_not_end_run() -> None:
+    handler = IdleFlow(timeout=5).run()
+    events: list[Event] = []
+    async for ev in handler.stream_events(expose_internal=True):
+        events.append(ev)
+        if isinstance(ev, WorkflowIdleEvent):
+            await anyio.sleep(0.05)
+            assert not handler.is_done()
+            handler.ctx.send_event(Ping(msg="wake"))
+    assert await handler == "pong:wake"
+    assert sum(isinstance(e, WorkflowIdleEvent) for e in events) == 1
+    kinds = [type(e).__name__ for e in events]
+    assert kinds.index("WorkflowIdleEvent") > max(
+        i for i, e in enumerate(events) if isinstance(e, StepStateChanged) and e.name == "start"
+    )
+    assert isinstance(events[-1], StopEvent)
+
+
+async def test_no_idle_event_while_work_is_pending() -> None:
+    events = await drain(TwoStepFlow(timeout=5).run())
+    assert not any(isinstance(e, WorkflowIdleEvent) for e in events)
+
+
+# --------------------------------------------------------------------------- concurrency
+
+
+async def test_num_concurrent_runs_one_runs_sequentially() -> None:
+    wf = TimedRunFlow(timeout=5, num_concurrent_runs=1)
+    t0 = time.monotonic()
+    handlers = [wf.run(tag=i) for i in range(3)]
+    assert [await h for h in handlers] == [0, 1, 2]
+    elapsed = time.monotonic() - t0
+    assert elapsed >= 0.29
+    spans = sorted(wf.spans)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert start >= end - 0.005
+
+
+async def test_waiting_for_a_run_slot_does_not_spend_timeout_budget() -> None:
+    wf = TimedRunFlow(timeout=0.25, num_concurrent_runs=1)
+    handlers = [wf.run(tag=i) for i in range(4)]
+    assert [await h for h in handlers] == [0, 1, 2, 3]
+
+
+async def test_concurrent_runs_without_limit_overlap() -> None:
+    wf = TimedRunFlow(timeout=5)
+    t0 = time.monotonic()
+    handlers = [wf.run(tag=i) for i in range(3)]
+    assert [await h for h in handlers] == [0, 1, 2]
+    assert time.monotonic() - t0 < 0.25
+
+
+# --------------------------------------------------------------------------- sync steps
+
+
+async def test_sync_steps_use_context_from_worker_thread() -> None:
+    wf = SyncFlow(timeout=5)
+    handler = wf.run()
+    events = await drain(handler)
+    result = await handler
+    assert result == {
+        "events": ["Done", "Ping"],
+        "from_sync": 11,
+        "edited": True,
+        "msg": "sent from thread",
+    }
+    assert wf.step_threads
+    assert all(t != wf.loop_thread for t in wf.step_threads)
+    notes = [e for e in events if isinstance(e, Note)]
+    assert [n.text for n in notes] == ["from thread"]
+    # The write precedes the writing invocation's NOT_RUNNING.
+    note_idx = events.index(notes[0])
+    not_running = [
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, StepStateChanged)
+        and e.name == "sync_work"
+        and e.step_state is StepState.NOT_RUNNING
+    ]
+    assert note_idx < not_running[0]
+    assert await handler.ctx.store.get("from_sync") == 11
+
+
+# --------------------------------------------------------------------------- nested workflows
+
+
+async def test_child_workflow_run_inside_step() -> None:
+    wf = ParentFlow(timeout=5)
+    handler = wf.run(x=3)
+    events = await drain(handler)
+    assert await handler == ("parent", 6, True)
+    notes = [e for e in events if isinstance(e, Note)]
+    assert [n.text for n in notes] == ["child x=3"]
+    assert terminal_count(events) == 1
+    assert type(events[-1]) is StopEvent
+    assert events[-1].result == ("parent", 6, True)
+
+
+async def test_child_failure_is_parent_step_failure() -> None:
+    wf = ParentFlow(timeout=5)
+    handler = wf.run(x=1, mode="fail")
+    with pytest.raises(BoomError, match="child failed"):
+        await handler
+    ev = handler.get_stop_event()
+    assert isinstance(ev, WorkflowFailedEvent)
+    assert ev.step_name == "parent_step"
+
+
+async def test_parent_timeout_hard_aborts_child() -> None:
+    wf = ParentFlow(timeout=0.2)
+    handler = wf.run(x=1, mode="hang")
+    with pytest.raises(WorkflowTimeoutError):
+        await handler
+    assert wf.child is not None
+    with anyio.fail_after(2):
+        while not wf.child_handler.is_done():
+            await anyio.sleep(0.01)
+    assert wf.child.cancelled is True
+    assert wf.child_handler.get_stop_event() is None
+
+
+# --------------------------------------------------------------------------- step timeout
+
+
+async def test_step_timeout_raises_step_timeout_error_naming_step_and_limit() -> None:
+    wf = StepTimeoutFlow(timeout=5)
+    handler = wf.run()
+    events = await drain(handler)
+    assert isinstance(events[-1], WorkflowFailedEvent)
+    assert events[-1].step_name == "slow"
+    with pytest.raises(StepTimeoutError) as info:
+        await handler
+    err = info.value
+    assert isinstance(err, TimeoutError)
+    assert err.step_name == "slow"
+    assert err.timeout == 0.1
+    assert "slow" in str(err) and "0.1" in str(err)
+    assert wf.attempts == 1
+
+
+async def test_step_timeout_is_retried_by_policy() -> None:
+    wf = StepTimeoutRetryFlow(timeout=5)
+    assert await wf.run() == "second attempt"
+    assert [i.retry_number for i in wf.infos] == [0, 1]
+    assert isinstance(wf.infos[1].last_exception, StepTimeoutError)
+
+
+async def test_sync_step_timeout_stops_waiting_at_once() -> None:
+    t0 = time.monotonic()
+    handler = SyncStepTimeoutFlow(timeout=5).run()
+    with pytest.raises(StepTimeoutError) as info:
+        await handler
+    assert time.monotonic() - t0 < 0.35
+    assert info.value.step_name == "slow"
+    # Let the abandoned thread finish before the test ends.
+    await anyio.sleep(0.4)
+
+
+# --------------------------------------------------------------------------- retries
+
+
+async def test_retry_policy_retries_and_reports_retry_info() -> None:
+    wf = RetryFlow(fail_times=2, timeout=5)
+    handler = wf.run()
+    events = await drain(handler)
+    assert await handler == "ok after 3"
+    infos = wf.infos
+    assert [i.retry_number for i in infos] == [0, 1, 2]
+    assert infos[0] == RetryInfo(
+        retry_number=0, elapsed_seconds=0.0, last_exception=None, last_failed_at=None
+    )
+    assert infos[1].last_exception is wf.errors[0]
+    assert infos[2].last_exception is wf.errors[1]
+    for info in infos[1:]:
+        assert info.last_failed_at is not None
+        assert info.last_failed_at.tzinfo is not None
+        assert info.last_failed_at.utcoffset() == timezone.utc.utcoffset(None)
+        assert info.elapsed_seconds >= 0.0
+    assert infos[2].elapsed_seconds >= infos[1].elapsed_seconds
+    flaky = states(events, "flaky")
+    assert [s[1] for s in flaky] == ["running", "not_running"] * 3
+    assert [s[4] for s in flaky[1::2]] == [None, None, cls_str(StopEvent)]
+
+
+async def test_retries_exhausted_fail_with_last_exception() -> None:
+    wf = RetryFlow(fail_times=5, timeout=5)
+    handler = wf.run()
+    events = await drain(handler)
+    last = events[-1]
+    assert isinstance(last, WorkflowFailedEvent)
+    assert last.step_name == "flaky"
+    assert last.attempts == 3
+    with pytest.raises(BoomError) as info:
+        await handler
+    assert info.value is wf.errors[-1]
+    assert str(info.value) == "attempt 3"
+    assert len(wf.infos) == 3
+
+
+# --------------------------------------------------------------------------- exactly one outcome
+
+
+async def test_first_stop_event_wins_and_nothing_is_published_after_it() -> None:
+    handler = DoubleStopFlow(timeout=5).run()
+    events = await drain(handler)
+    assert await handler == 1
+    assert terminal_count(events) == 1
+    assert type(events[-1]) is StopEvent
+    assert not any(isinstance(e, Note) for e in events)
+
+
+async def test_stubborn_invocation_does_not_delay_result() -> None:
+    t0 = time.monotonic()
+    handler = StubbornFlow(timeout=5).run()
+    assert await handler == "fast"
+    assert time.monotonic() - t0 < 0.75
+    events = await drain(handler)
+    assert terminal_count(events) == 1
+    await anyio.sleep(1.0)  # let the stubborn invocation unwind before the loop closes
+
+
+async def test_sync_step_write_after_stop_is_discarded() -> None:
+    handler = SyncLateWriterFlow(timeout=5).run()
+    assert await handler == "done"
+    await anyio.sleep(0.3)  # let the abandoned thread try to write
+    events = await drain(handler)
+    assert not any(isinstance(e, Note) for e in events)
+    assert type(events[-1]) is StopEvent
+    assert terminal_count(events) == 1
+
+
+@pytest.mark.parametrize(
+    "scenario", ["success", "failure", "timeout", "cancel", "bad_return", "step_timeout"]
+)
+async def test_exactly_one_terminal_outcome(scenario: str) -> None:
+    wf: Workflow
+    if scenario == "success":
+        wf = TwoStepFlow(timeout=5)
+        handler = wf.run()
+    elif scenario == "failure":
+        wf = FailFlow(timeout=5)
+        handler = wf.run()
+    elif scenario == "timeout":
+        wf = SleepyFlow(timeout=0.1)
+        handler = wf.run(two=True)
+    elif scenario == "cancel":
+        wf = SleepyFlow(timeout=5)
+        handler = wf.run(two=True)
+        await anyio.sleep(0.05)
+        await handler.cancel_run()
+    elif scenario == "bad_return":
+        wf = BadReturnFlow(timeout=5)
+        handler = wf.run(kind="int")
+    else:
+        wf = StepTimeoutFlow(timeout=5)
+        handler = wf.run()
+    events = await drain(handler)
+    terminals = [e for e in events if isinstance(e, StopEvent)]
+    assert len(terminals) == 1
+    assert terminals[0] is events[-1]
+    assert handler.get_stop_event() is events[-1]
+    outcomes = []
+    for _ in range(2):
+        try:
+            outcomes.append(("ok", await handler))
+        except Exception as exc:
+            outcomes.append(("err", exc))
+    assert outcomes[0][0] == outcomes[1][0]
+    if outcomes[0][0] == "err":
+        assert outcomes[0][1] is outcomes[1][1]
+    await anyio.sleep(0.05)
+    # Nothing more is published after the terminal event.
+    assert handler.is_done()
