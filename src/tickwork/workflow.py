@@ -31,7 +31,6 @@ from tickwork.representation.checks import check_catch_error_structure, validate
 from tickwork.resource import ResourceManager
 from tickwork.resource_checks import validate_step_resources
 from tickwork.runtime.config import build_run_config
-from tickwork.runtime.control_loop.reduce import initial_state
 from tickwork.runtime.session import RunSession
 from tickwork.runtime.types.state import RunConfig
 from tickwork.runtime.verbose import VerbosePrinter, choose_sink
@@ -286,6 +285,11 @@ class Workflow(metaclass=WorkflowMeta):
                     set(self._skip_graph_checks),
                 )
             self._validated_version = version
+        return self._reducer_config()
+
+    def _reducer_config(self) -> RunConfig:
+        """The reducer's config for this instance, rebuilt when the step registry changes."""
+        version = type(self)._registry_version
         if self._run_config is None or self._run_config_version != version:
             self._step_table = self._get_steps()
             self._run_config = build_run_config(
@@ -319,12 +323,24 @@ class Workflow(metaclass=WorkflowMeta):
         if ctx is not None and ctx._session is not None and ctx._session.live:
             raise ContextStateError("the context is already running a workflow")
         ctx = ctx if ctx is not None else Context(self)
-        start = self._build_start_event(config, start_event, kwargs)
+        resumable = ctx._resumable_state(config)
+        if resumable is not None:
+            if start_event is not None or kwargs:
+                _log.warning(
+                    "run() resumes a snapshot of a running workflow; the start event and "
+                    "keyword arguments %s are ignored",
+                    sorted(kwargs),
+                )
+            start: StartEvent | None = None
+            init = resumable
+        else:
+            start = self._build_start_event(config, start_event, kwargs)
+            init = ctx._next_run_state(config)
         session = RunSession(
             workflow=self,
             config=config,
             step_functions=self._step_table,
-            init_state=initial_state(config),
+            init_state=init,
             run_id=run_id,
             store=ctx.store,
             make_step_context=Context._for_step,

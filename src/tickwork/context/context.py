@@ -19,12 +19,16 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar
 
 from tickwork.context.serializers import BaseSerializer, JsonSerializer
+from tickwork.context.snapshot import decode_snapshot, encode_snapshot
 from tickwork.context.state_store import DictState, InMemoryStateStore, infer_state_type
-from tickwork.errors import ContextStateError, WorkflowRuntimeError
+from tickwork.errors import ContextSerdeError, ContextStateError, WorkflowRuntimeError
 from tickwork.events import Event
 from tickwork.retry_policy import RetryInfo
+from tickwork.runtime.control_loop.reduce import initial_state
 from tickwork.runtime.session import RunSession, current_step_context
 from tickwork.runtime.step_scope import check_send_target
+from tickwork.runtime.types.evolve import evolve
+from tickwork.runtime.types.state import RunConfig, RunState
 
 if TYPE_CHECKING:
     from tickwork.runtime.step_scope import StepScope
@@ -55,11 +59,76 @@ class Context(Generic[MODEL_T]):
         self._state_type: type[BaseModel] = infer_state_type(workflow)
         self._snapshot = previous_context
         self._staging_store: InMemoryStateStore[Any] | None = None
+        self._restored: RunState | None = None
+        if previous_context is not None:
+            self._restored, self._staging_store = self._load_snapshot(previous_context)
         self._session: RunSession | None = None
         self._step: StepScope | None = None
         self._loop_thread: int | None = None
         self._queue: Any = None
         self._pump: Any = None
+
+    # -- snapshots ---------------------------------------------------------------------
+
+    def _load_snapshot(self, data: dict[str, Any]) -> tuple[RunState, InMemoryStateStore[Any]]:
+        """Rebuild the run state and the store of a snapshot (``ContextSerdeError``)."""
+        config = self._workflow._reducer_config()
+        state = decode_snapshot(data, config, self._serializer)
+        section = data.get("state")
+        if section is None:
+            store: InMemoryStateStore[Any] = InMemoryStateStore(self._state_type())
+        else:
+            try:
+                store = InMemoryStateStore.from_dict(section, self._serializer)
+            except Exception as error:
+                raise ContextSerdeError(
+                    f"cannot load snapshot: the 'state' section is invalid: {error}"
+                ) from error
+        store._bind_serializer(self._serializer)
+        return state, store
+
+    def _current_run_state(self) -> RunState:
+        if self._session is not None:
+            return self._session.state
+        if self._restored is not None:
+            return self._restored
+        return initial_state(self._workflow._reducer_config())
+
+    def _resumable_state(self, config: RunConfig) -> RunState | None:
+        """The state to resume from, if this context holds a resumable one."""
+        state = self._current_run_state()
+        if not state.is_running or state.status == "running":
+            return None
+        return evolve(state, config=config)
+
+    def _next_run_state(self, config: RunConfig) -> RunState:
+        """A fresh run that keeps the journal numbering of the previous one."""
+        fresh = initial_state(config)
+        previous = self._current_run_state()
+        return evolve(fresh, journal_seq=previous.journal_seq) if previous.journal_seq else fresh
+
+    def to_dict(
+        self, serializer: BaseSerializer | None = None, *, include_state: bool = True
+    ) -> dict[str, Any]:
+        """A snapshot of the run (api.md §10.3), at O(size of the current state)."""
+        if self._step is not None:
+            raise ContextStateError(
+                "Context.to_dict() needs handler code or a pre-run context; it was called "
+                "inside a step"
+            )
+        ser = serializer or self._serializer
+        section = self.store.to_dict(ser) if include_state else None
+        return encode_snapshot(self._current_run_state(), ser, section)
+
+    @classmethod
+    def from_dict(
+        cls,
+        workflow: Any,
+        data: dict[str, Any],
+        serializer: BaseSerializer | None = None,
+    ) -> Context[Any]:
+        """A pre-run Context rebuilt from a snapshot (``ContextSerdeError`` if invalid)."""
+        return cls(workflow, previous_context=data, serializer=serializer)
 
     # -- face plumbing ---------------------------------------------------------------
 

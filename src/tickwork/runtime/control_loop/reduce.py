@@ -264,14 +264,18 @@ def _start_invocation(tx: _Tx, step: str, item: WorkItem, slot: int) -> None:
     current = tx.step(step)
     waiters = current.waiters
     item_waiters = current.waiters_by_item.get(item.work_item_id) if waiters else None
-    inv_id = tx.mint_invocation()
+    resumed = item.resume_identity
+    if resumed is None:
+        inv_id, received = tx.mint_invocation(), _NO_SENDS
+    else:
+        (inv_id, received), item = resumed, replace(item, resume_identity=None)
     invocation = Invocation(
         inv_id,
         step,
         slot,
         item,
         tx.now,
-        _NO_SENDS,
+        received,
         current.collect_buffers,
         {wid: waiters[wid] for wid in item_waiters} if item_waiters else _NO_WAITERS,
     )
@@ -332,7 +336,9 @@ def _process_session_start(tx: _Tx, tick: SessionStart) -> None:
     tx.last_alive_stamp = tx.now
     tx.idle_check_pending = False
     _rewind_in_flight(tx)
+    _arm_delayed_retries(tx)
     _arm_waiter_timeouts(tx)
+    _rerun_waiters_with_requirements(tx)
     timeout = tx.base.config.timeout
     if timeout is not None:
         remaining = max(0.0, timeout - tx.elapsed_alive)
@@ -350,7 +356,8 @@ def _rewind_in_flight(tx: _Tx) -> None:
         )
         queue = current.queue
         for invocation in reversed(interrupted):
-            queue = queue.appendleft(invocation.item)
+            identity = (invocation.invocation_id, invocation.received)
+            queue = queue.appendleft(replace(invocation.item, resume_identity=identity))
         tx.put_step(
             step,
             replace(
@@ -364,6 +371,27 @@ def _rewind_in_flight(tx: _Tx) -> None:
         tx.running += -len(interrupted)
     for step in sorted(tx.base.steps):
         _drain_queue(tx, step)
+
+
+def _arm_delayed_retries(tx: _Tx) -> None:
+    """Schedule a wakeup for every queued retry that is not due yet."""
+    for step in tx.base.steps:
+        due = [it.not_before for it in tx.step(step).queue if it.not_before is not None]
+        future = [t for t in due if t > tx.now]
+        if future:
+            tx.emit(ScheduleWakeup(min(future), step))
+
+
+def _rerun_waiters_with_requirements(tx: _Tx) -> None:
+    """Requirements are not stored; re-run their steps so they register them again."""
+    for step in sorted(tx.base.steps):
+        for waiter in list(tx.step(step).waiters.values()):
+            if (
+                waiter.has_requirements
+                and waiter.requirements is None
+                and not (waiter.resolved_event is not None or waiter.timed_out)
+            ):
+                _dispatch_or_queue(tx, step, waiter.item)
 
 
 def _arm_waiter_timeouts(tx: _Tx) -> None:

@@ -136,6 +136,7 @@ class WorkItem:
     last_exception: BaseException | None = None
     last_failed_at: float | None = None
     not_before: float | None = None
+    resume_identity: tuple[str, frozenset[int]] | None = None
 
 
 @dataclass(slots=True)
@@ -165,6 +166,7 @@ class Waiter:
     subclass_mode: bool = False
     resolved_event: Any = None
     timed_out: bool = False
+    has_requirements: bool = False
 
     def matches(self, event: Any) -> bool:
         """Whether ``event`` resolves this waiter (type, then every requirement)."""
