@@ -346,7 +346,9 @@ class Workflow(metaclass=WorkflowMeta):
             make_step_context=Context._for_step,
             start_event=start,
             run_slots=self._concurrency_slots(),
-            keep_journal=self._journal is True,
+            keep_journal=self._journal is not False and self._journal is not None,
+            journal_store=None if isinstance(self._journal, bool) else self._journal,
+            serializer=ctx._serializer,
         )
         ctx._bind_run(session)
         _LIVE_RUNS[run_id] = session

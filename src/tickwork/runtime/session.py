@@ -22,6 +22,7 @@ import anyio
 
 from tickwork.events import StopEvent
 from tickwork.runtime.control_loop.runner import RunExit, control_loop, using_adapter
+from tickwork.runtime.durable import DurableWriter
 from tickwork.runtime.event_stream import EventStream
 from tickwork.runtime.step_worker import StepInvoker, execute_invocation
 from tickwork.runtime.types.results import StepOutcome
@@ -87,6 +88,8 @@ class RunSession:
         start_event: Any,
         run_slots: Any = None,
         keep_journal: bool = False,
+        journal_store: Any = None,
+        serializer: Any = None,
     ) -> None:
         self.workflow = workflow
         self.config = config
@@ -101,6 +104,13 @@ class RunSession:
         self.exit: RunExit | None = None
         self.hard_aborted = False
         self.journal: list[tuple[Tick, int]] | None = [] if keep_journal else None
+        self.serializer = serializer
+        self.writer: DurableWriter | None = None
+        if journal_store is not None:
+            self.writer = DurableWriter(
+                journal_store, run_id, config.workflow_name, serializer, store
+            )
+        self.durable = self.writer is not None
         self._run_slots = run_slots
         self._post: Callable[[Tick], None] | None = None
         self._early_ticks: list[Tick] = []
@@ -155,6 +165,8 @@ class RunSession:
             self.done.set()
 
     async def _drive(self) -> None:
+        if self.writer is not None:
+            await self.writer.begin(self.state)
         with using_adapter(self):
             try:
                 await control_loop(self.start_event, self.state, self.run_id)
@@ -196,6 +208,13 @@ class RunSession:
             self._verbose.processed(tick)
         if self.journal is not None:
             self.journal.append((tick, state.journal_seq - 1))
+        if self.writer is not None:
+            self.writer.record(tick, state.journal_seq - 1)
+
+    async def commit(self) -> None:
+        """Group-commit the last drain's ticks to the journal store."""
+        if self.writer is not None:
+            await self.writer.commit(self.state)
 
     def finish(self, run_exit: RunExit) -> None:
         """Deliver the outcome now, before cancelled workers finish unwinding."""

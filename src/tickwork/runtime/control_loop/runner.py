@@ -93,6 +93,12 @@ class LoopAdapter(Protocol):
     def finish(self, run_exit: RunExit) -> None:
         """Deliver the run's outcome to whoever awaits it."""
 
+    durable: bool
+    """Whether :meth:`commit` must be awaited after every drain."""
+
+    async def commit(self) -> None:
+        """Make the ticks reduced in the last drain durable (group commit)."""
+
 
 _ADAPTER: contextvars.ContextVar[LoopAdapter | None] = contextvars.ContextVar(
     "tickwork_loop_adapter", default=None
@@ -320,9 +326,13 @@ class _Loop:
         return self.exit
 
     async def _drive(self) -> None:
+        adapter = self.adapter
         while True:
             self._drain()
+            if adapter.durable:
+                await adapter.commit()
             if self.exit is not None:
+                adapter.finish(self.exit)
                 return
             await self._wait_for_input()
 
@@ -335,8 +345,6 @@ class _Loop:
             handlers = self._handlers
             for command in commands:
                 handlers[type(command)](command)
-        if self.exit is not None:
-            self.adapter.finish(self.exit)
 
     async def _wait_for_input(self) -> None:
         """Wait for the first of: a posted tick, the next due timer, an idle check."""

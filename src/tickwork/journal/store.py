@@ -1,0 +1,97 @@
+"""The journal-store protocol: what a durable backend implements.
+
+A store keeps, per run: its identity (workflow name, status), the journal records of
+the run (consecutive ``seq`` numbers), an optional *compacting snapshot* (recovery reads
+the latest snapshot plus the records after it, never the whole history) and the state
+store patches that go with the records.  ``append`` writes one batch of records and
+their state patch in **one transaction** (the runner commits all the ticks it reduced
+in one drain at once: group commit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from tickwork.types import JournalRecord
+
+__all__ = ["JournalError", "JournalStore", "RunEntry", "RunStatus", "StatePatch"]
+
+RunStatus = Literal["running", "completed", "failed", "timed_out", "cancelled"]
+
+
+class JournalError(Exception):
+    """A journal cannot be read or written: a gap, a corrupt record, an unknown run.
+
+    The message names the run id and, where it applies, the sequence number.
+    """
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """One run known to a store."""
+
+    run_id: str
+    workflow_name: str
+    status: RunStatus
+    last_seq: int
+
+
+@dataclass(frozen=True)
+class StatePatch:
+    """A JSON patch of the state-store section, applied after record ``after_seq``."""
+
+    after_seq: int
+    patch: list[dict[str, Any]]
+
+
+@runtime_checkable
+class JournalStore(Protocol):
+    """A durable home for run journals.  All methods are async (anyio-friendly)."""
+
+    async def begin_run(self, run_id: str, workflow_name: str, snapshot: dict[str, Any]) -> None:
+        """Register a run (or a new session of one) with its starting snapshot."""
+
+    async def append(
+        self,
+        run_id: str,
+        records: Sequence[JournalRecord],
+        state_patch: StatePatch | None = None,
+        final_status: RunStatus | None = None,
+    ) -> None:
+        """Append records (and the state patch after them) in one transaction.
+
+        ``final_status`` marks the run finished in the same transaction, so a run whose
+        last records are durable is never mistaken for an interrupted one.
+        """
+
+    def read(self, run_id: str, from_seq: int = 0) -> AsyncIterator[JournalRecord]:
+        """The run's records with ``seq >= from_seq``, in order; gaps raise."""
+        ...
+
+    async def read_state_patches(self, run_id: str, from_seq: int = 0) -> list[StatePatch]:
+        """The state patches after records ``>= from_seq``, in order."""
+        ...
+
+    async def write_snapshot(self, run_id: str, seq: int, snapshot: dict[str, Any]) -> None:
+        """Store a compacting snapshot taken before record ``seq``; drop older history."""
+
+    async def read_snapshot(self, run_id: str) -> tuple[int, dict[str, Any]] | None:
+        """The latest compacting snapshot and the seq it was taken at."""
+        ...
+
+    async def list_unfinished(self, workflow_name: str | None = None) -> list[RunEntry]:
+        """Runs that have not reached a terminal outcome (optionally of one workflow)."""
+        ...
+
+    async def mark_finished(self, run_id: str, status: RunStatus) -> None:
+        """Record the run's terminal outcome."""
+
+    async def get_run(self, run_id: str) -> RunEntry | None:
+        """What the store knows about ``run_id``."""
+        ...
+
+    async def list_runs(self) -> list[RunEntry]:
+        """Every run the store knows, newest first."""
+        ...

@@ -1,0 +1,1134 @@
+"""End-to-end tests of fan-out streams and ``list[E]`` / multi-slot joins (api.md §21).
+
+Every async test runs under asyncio and trio (see ``conftest.py``). Ordering-sensitive
+tests never rely on sleeps: the test either gates the steps on ``anyio.Event``s, or the
+stream consumer releases the next step once it has seen the previous one finish.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Annotated, Any
+
+import anyio
+import pytest
+
+from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
+from tickwork.collect import All, Collect, Take
+from tickwork.decorators import make_step_function
+from tickwork.errors import WorkflowRuntimeError, WorkflowTimeoutError, WorkflowValidationError
+from tickwork.events import (
+    CollectionReleaseEvent,
+    StepState,
+    StepStateChanged,
+    WorkflowFailedEvent,
+    WorkflowIdleEvent,
+)
+from tickwork.handler import WorkflowHandler
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = 5.0
+
+# --------------------------------------------------------------------------- events
+
+
+class Item(Event):
+    n: int
+
+
+class Done(Event):
+    n: int
+
+
+class AllDone(Event):
+    ns: list[int]
+
+
+class TakeDone(Event):
+    ns: list[int]
+
+
+class ItemA(Event):
+    n: int
+
+
+class ItemB(Event):
+    n: int
+
+
+class DoneA(Event):
+    n: int
+
+
+class DoneB(Event):
+    n: int
+
+
+class Mixed(Event):
+    tags: list[str]
+
+
+class Answer(Event):
+    n: int
+
+
+class Ping(Event):
+    pass
+
+
+class Pair(Event):
+    left: int
+    right: int
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class Recording(Workflow):
+    """A workflow that records what its steps saw, on the instance."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("timeout", TIMEOUT)
+        super().__init__(**kwargs)
+        self.log: list[Any] = []
+        self.started: list[int] = []
+        self.finished: list[int] = []
+        self.cancelled: list[int] = []
+        self.gate = anyio.Event()
+
+
+async def drain(handler: WorkflowHandler) -> list[Event]:
+    """Consume the whole stream (internal events included)."""
+    return [ev async for ev in handler.stream_events(expose_internal=True)]
+
+
+def stop_events(events: list[Event]) -> list[StopEvent]:
+    return [ev for ev in events if isinstance(ev, StopEvent)]
+
+
+def state_changes(events: list[Event], name: str | None = None) -> list[StepStateChanged]:
+    return [
+        ev
+        for ev in events
+        if isinstance(ev, StepStateChanged) and (name is None or ev.name == name)
+    ]
+
+
+async def slow_forever(wf: Recording, n: int) -> None:
+    """Start, then block until cancelled; records started / cancelled / finished."""
+    wf.started.append(n)
+    try:
+        await anyio.sleep_forever()
+    finally:
+        wf.cancelled.append(n)
+
+
+# =========================================================================== §21.1.1
+
+
+class EmptyFlow(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return []
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        self.log.append(("work", ev.n))
+        return Done(n=ev.n)
+
+    @step
+    async def join_all(self, events: list[Done]) -> AllDone:
+        self.log.append(("all", [e.n for e in events]))
+        return AllDone(ns=[e.n for e in events])
+
+    @step
+    async def join_take(self, events: Annotated[list[Done], Collect(Take(2))]) -> TakeDone:
+        self.log.append(("take", [e.n for e in events]))
+        return TakeDone(ns=[e.n for e in events])
+
+    @step
+    async def final(self, a: AllDone, t: TakeDone) -> StopEvent:
+        return StopEvent(result=(a.ns, t.ns))
+
+
+async def test_empty_list_fires_every_bound_join_once_with_an_empty_batch() -> None:
+    wf = EmptyFlow()
+    assert await wf.run() == ([], [])
+    assert sorted(wf.log) == [("all", []), ("take", [])]
+
+
+class NoneFlow(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[Item] | None:
+        return None
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        return Done(n=ev.n)
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        self.log.append([e.n for e in events])
+        return StopEvent(result="joined")
+
+
+async def test_returning_none_opens_no_stream_and_no_join_fires() -> None:
+    wf = NoneFlow(timeout=0.2)
+    handler = wf.run()
+    events = await drain(handler)
+    with pytest.raises(WorkflowTimeoutError):
+        await handler
+    assert wf.log == []
+    # The run idled (no stream is open, so it is not stuck), then timed out.
+    assert any(isinstance(ev, WorkflowIdleEvent) for ev in events)
+    assert not any(
+        isinstance(ev, WorkflowFailedEvent) for ev in events
+    ), "a None return must not look like a stuck stream"
+
+
+class Outer(Event):
+    n: int
+
+
+class OuterDone(Event):
+    n: int
+    inner: list[int]
+
+
+class NestedNoneFlow(Recording):
+    """Outer branch 0 returns None for its inner fan-out, branch 1 returns []."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Outer]:
+        return [Outer(n=0), Outer(n=1), Outer(n=2)]
+
+    @step
+    async def inner_split(self, ev: Outer) -> list[Item] | None:
+        if ev.n == 0:
+            return None
+        return [Item(n=ev.n * 10 + i) for i in range(ev.n - 1)]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        return Done(n=ev.n)
+
+    @step
+    async def inner_join(self, events: list[Done]) -> OuterDone:
+        ns = sorted(e.n for e in events)
+        self.log.append(("inner", ns))
+        return OuterDone(n=ns[0] // 10 if ns else -1, inner=ns)
+
+    @step
+    async def outer_join(self, events: list[OuterDone]) -> StopEvent:
+        self.log.append(("outer", len(events)))
+        return StopEvent(result=sorted(e.inner for e in events))
+
+
+async def test_none_inside_a_nested_stream_skips_that_inner_join_only() -> None:
+    wf = NestedNoneFlow()
+    # branch 1 -> [] (inner join fires with []), branch 2 -> [20] ; branch 0 -> None.
+    assert await wf.run() == [[], [20]]
+    assert sorted(wf.log) == [("inner", []), ("inner", [20]), ("outer", 2)]
+
+
+# =========================================================================== §21.2 order
+
+
+class OrderFlow(Recording):
+    """``work`` item k (k < 4) waits for ``gates[k]``; the test opens the gates."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.gates = {k: anyio.Event() for k in range(5)}
+        self.dispatch_order: list[int] = []
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=k) for k in range(5)]
+
+    @step(num_workers=5)
+    async def work(self, ev: Item) -> Done:
+        self.dispatch_order.append(ev.n)
+        if ev.n != 4:
+            await self.gates[ev.n].wait()
+        return Done(n=ev.n)
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        return StopEvent(result=[e.n for e in events])
+
+
+async def run_in_reverse_completion(wf: OrderFlow) -> list[Event]:
+    """Let item k finish only once the stream showed item k+1's NOT_RUNNING.
+
+    Items are dispatched in list order to the smallest free slot, so slot k runs item k.
+    """
+    handler = wf.run()
+    events: list[Event] = []
+    async for ev in handler.stream_events(expose_internal=True):
+        events.append(ev)
+        if (
+            isinstance(ev, StepStateChanged)
+            and ev.name == "work"
+            and ev.step_state is StepState.NOT_RUNNING
+            and int(ev.worker_id) > 0
+        ):
+            wf.gates[int(ev.worker_id) - 1].set()
+    assert await handler == [4, 3, 2, 1, 0]
+    return events
+
+
+async def test_elements_are_emitted_in_list_order_but_joined_in_arrival_order() -> None:
+    wf = OrderFlow()
+    await run_in_reverse_completion(wf)
+    assert wf.dispatch_order == [0, 1, 2, 3, 4]
+
+
+async def test_step_state_changed_sequence_for_a_five_way_fan_out() -> None:
+    """The §25.2 example, field by field."""
+    wf = OrderFlow()
+    events = await run_in_reverse_completion(wf)
+
+    def cls(t: type) -> str:
+        return str(t)
+
+    expected: list[tuple[str, StepState, str, str, str | None]] = [
+        ("split", StepState.RUNNING, "0", "StartEvent", None),
+        ("split", StepState.NOT_RUNNING, "0", cls(StartEvent), cls(Item)),
+    ]
+    expected += [("work", StepState.RUNNING, str(k), "Item", None) for k in range(5)]
+    expected += [
+        ("work", StepState.NOT_RUNNING, str(k), cls(Item), cls(Done)) for k in (4, 3, 2, 1, 0)
+    ]
+    expected += [
+        ("join", StepState.RUNNING, "0", "CollectionReleaseEvent", None),
+        ("join", StepState.NOT_RUNNING, "0", cls(CollectionReleaseEvent), cls(StopEvent)),
+    ]
+    seen = [
+        (ev.name, ev.step_state, ev.worker_id, ev.input_event_name, ev.output_event_name)
+        for ev in events[:-1]
+        if isinstance(ev, StepStateChanged)
+    ]
+    assert seen == expected
+    # Nothing else is published: no idle point, no unhandled event; the StopEvent is last.
+    assert all(isinstance(ev, StepStateChanged) for ev in events[:-1])
+    assert type(events[-1]) is StopEvent
+    assert events[-1].result == [4, 3, 2, 1, 0]
+
+
+# =========================================================================== dead branches
+
+
+class DeadFlow(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=k) for k in range(6)]
+
+    @step
+    async def work(self, ev: Item) -> Done | None:
+        return Done(n=ev.n) if ev.n % 2 == 0 else None
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        self.log.append(len(events))
+        return StopEvent(result=sorted(e.n for e in events))
+
+
+async def test_dead_branches_are_absent_and_the_join_still_fires_once() -> None:
+    wf = DeadFlow()
+    assert await wf.run() == [0, 2, 4]
+    assert wf.log == [3]
+
+
+# =========================================================================== heterogeneous
+
+
+class HeteroFlow(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[ItemA | ItemB]:
+        return [ItemA(n=0), ItemB(n=1), ItemA(n=2), ItemB(n=3)]
+
+    @step
+    async def work_a(self, ev: ItemA) -> DoneA:
+        return DoneA(n=ev.n)
+
+    @step
+    async def work_b(self, ev: ItemB) -> DoneB | None:
+        return DoneB(n=ev.n) if ev.n == 1 else None
+
+    @step
+    async def join_done(self, events: list[DoneA | DoneB]) -> Mixed:
+        return Mixed(tags=sorted(f"{type(e).__name__}{e.n}" for e in events))
+
+    @step
+    async def join_items(self, events: list[ItemA | ItemB]) -> AllDone:
+        # The producer's own elements are members of its stream too.
+        return AllDone(ns=sorted(e.n for e in events))
+
+    @step
+    async def final(self, mixed: Mixed, items: AllDone) -> StopEvent:
+        return StopEvent(result=(mixed.tags, items.ns))
+
+
+async def test_heterogeneous_list_collects_a_flat_mixed_batch() -> None:
+    wf = HeteroFlow()
+    assert await wf.run() == (["DoneA0", "DoneA2", "DoneB1"], [0, 1, 2, 3])
+
+
+# =========================================================================== nesting
+
+
+class L1(Event):
+    path: tuple[int, ...]
+    shape: list[Any] | None
+
+
+class L2(Event):
+    path: tuple[int, ...]
+    leaves: int | None
+
+
+class L3(Event):
+    path: tuple[int, ...]
+
+
+class D3(Event):
+    path: tuple[int, ...]
+
+
+class D2(Event):
+    members: list[tuple[int, ...]]
+
+
+class D2b(Event):
+    members: list[tuple[int, ...]]
+
+
+class D1(Event):
+    groups: list[list[tuple[int, ...]]]
+
+
+class Depth3Flow(Recording):
+    """Three nested streams; each inner join's output continues in the parent stream."""
+
+    @step
+    async def split0(self, ev: StartEvent) -> list[L1]:
+        return [L1(path=(i,), shape=s) for i, s in enumerate(ev.shape)]
+
+    @step
+    async def split1(self, ev: L1) -> list[L2] | None:
+        if ev.shape is None:
+            return None
+        return [L2(path=(*ev.path, j), leaves=k) for j, k in enumerate(ev.shape)]
+
+    @step
+    async def split2(self, ev: L2) -> list[L3] | None:
+        if ev.leaves is None:
+            return None
+        return [L3(path=(*ev.path, k)) for k in range(ev.leaves)]
+
+    @step(num_workers=3)
+    async def leaf(self, ev: L3) -> D3:
+        return D3(path=ev.path)
+
+    @step
+    async def join3(self, events: list[D3]) -> D2:
+        members = sorted(e.path for e in events)
+        self.log.append(("join3", members))
+        return D2(members=members)
+
+    @step
+    async def relay(self, ev: D2) -> D2b:
+        # An ordinary step between an inner join and the outer join: it still belongs to
+        # the parent stream, so the outer join waits for it.
+        await anyio.sleep(0.01)
+        return D2b(members=ev.members)
+
+    @step
+    async def join2(self, events: list[D2b]) -> D1:
+        groups = sorted(e.members for e in events)
+        self.log.append(("join2", groups))
+        return D1(groups=groups)
+
+    @step
+    async def join1(self, events: list[D1]) -> StopEvent:
+        groups = sorted(e.groups for e in events)
+        self.log.append(("join1", groups))
+        return StopEvent(result=groups)
+
+
+async def test_nesting_to_depth_three_with_inner_joins_feeding_outer_joins() -> None:
+    wf = Depth3Flow()
+    # L1 0: three L2s (2 leaves, dead, 0 leaves); L1 1: dead; L1 2: []; L1 3: one L2 (1 leaf)
+    shape = [[2, None, 0], None, [], [1]]
+    result = await wf.run(shape=shape)
+    join3 = sorted(m for kind, m in wf.log if kind == "join3")
+    join2 = sorted(m for kind, m in wf.log if kind == "join2")
+    join1 = [m for kind, m in wf.log if kind == "join1"]
+    assert join3 == [[], [(0, 0, 0), (0, 0, 1)], [(3, 0, 0)]]
+    assert join2 == [[], [[], [(0, 0, 0), (0, 0, 1)]], [[(3, 0, 0)]]]
+    assert join1 == [[[], [[], [(0, 0, 0), (0, 0, 1)]], [[(3, 0, 0)]]]]
+    assert result == join1[0]
+
+
+# =========================================================================== bindings
+
+
+class TwoJoinsFlow(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=k) for k in range(4)]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        return Done(n=ev.n)
+
+    @step
+    async def tap(self, ev: Done) -> None:
+        # An ordinary step that accepts the collected type gets every member too.
+        self.log.append(("tap", ev.n))
+
+    @step
+    async def join_a(self, events: list[Done]) -> AllDone:
+        self.log.append(("a", sorted(e.n for e in events)))
+        return AllDone(ns=sorted(e.n for e in events))
+
+    @step
+    async def join_b(self, events: Annotated[list[Done], Collect(All())]) -> TakeDone:
+        self.log.append(("b", sorted(e.n for e in events)))
+        return TakeDone(ns=sorted(e.n for e in events))
+
+    @step
+    async def final(self, a: AllDone, b: TakeDone) -> StopEvent:
+        return StopEvent(result=(a.ns, b.ns))
+
+
+async def test_two_joins_on_one_producer_each_see_the_whole_stream() -> None:
+    wf = TwoJoinsFlow()
+    assert await wf.run() == ([0, 1, 2, 3], [0, 1, 2, 3])
+    assert sorted(x for x in wf.log if x[0] in ("a", "b")) == [
+        ("a", [0, 1, 2, 3]),
+        ("b", [0, 1, 2, 3]),
+    ]
+
+
+async def test_an_event_accepted_by_an_ordinary_step_and_a_join_goes_to_both() -> None:
+    wf = TwoJoinsFlow()
+    await wf.run()
+    assert sorted(n for kind, n in wf.log if kind == "tap") == [0, 1, 2, 3]
+    # The stream only closed after tap had handled every member (its None returns count).
+    assert [kind for kind, _ in wf.log].count("tap") == 4
+
+
+# =========================================================================== Take(n)
+
+
+class TakeFlow(Recording):
+    """Items 0 and 1 finish at once; items 2-4 only once the Take(2) join has run."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=k) for k in range(5)]
+
+    @step(num_workers=5)
+    async def work(self, ev: Item) -> Done:
+        if ev.n >= 2:
+            await self.gate.wait()
+        self.finished.append(ev.n)
+        return Done(n=ev.n)
+
+    @step
+    async def first_two(self, events: Annotated[list[Done], Collect(Take(2))]) -> TakeDone:
+        self.log.append(("take", [e.n for e in events], sorted(self.finished)))
+        self.gate.set()
+        return TakeDone(ns=sorted(e.n for e in events))
+
+    @step
+    async def everything(self, events: list[Done]) -> AllDone:
+        self.log.append(("all", sorted(e.n for e in events)))
+        return AllDone(ns=sorted(e.n for e in events))
+
+    @step
+    async def final(self, a: AllDone, t: TakeDone) -> StopEvent:
+        return StopEvent(result=(t.ns, a.ns))
+
+
+async def test_take_fires_on_the_nth_arrival_and_drops_later_arrivals() -> None:
+    wf = TakeFlow()
+    # If Take(2) waited for the close, items 2-4 would never finish: the run would time out.
+    assert await wf.run() == ([0, 1], [0, 1, 2, 3, 4])
+    takes = [entry for entry in wf.log if entry[0] == "take"]
+    assert len(takes) == 1, "Take(2) fires exactly once; later arrivals are dropped"
+    assert takes[0][2] == [0, 1], "it fired before any later member finished"
+
+
+class TakeFewerFlow(Recording):
+    dead: set[int] = set()
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=k) for k in range(ev.count)]
+
+    @step
+    async def work(self, ev: Item) -> Done | None:
+        return None if ev.n in self.dead else Done(n=ev.n)
+
+    @step
+    async def join(self, events: Annotated[list[Done], Collect(Take(3))]) -> StopEvent:
+        self.log.append(sorted(e.n for e in events))
+        return StopEvent(result=sorted(e.n for e in events))
+
+
+@pytest.mark.parametrize(
+    ("count", "dead", "expected"),
+    [(2, set(), [0, 1]), (5, {0, 2, 3}, [1, 4]), (4, {0, 1, 2, 3}, []), (0, set(), [])],
+)
+async def test_take_fires_on_close_with_fewer_members(
+    count: int, dead: set[int], expected: list[int]
+) -> None:
+    wf = TakeFewerFlow()
+    wf.dead = dead
+    assert await wf.run(count=count) == expected
+    assert wf.log == [expected]
+
+
+class Deep(Event):
+    n: int
+
+
+class Sub(Event):
+    n: int
+
+
+class SubDone(Event):
+    n: int
+
+
+class CutFlow(Recording):
+    """Take(1, cancel_rest=True): item 0 wins once the slow sibling and a nested stream run."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sub_started = anyio.Event()
+        self.inner_fired: list[Any] = []
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item | Deep]:
+        return [Item(n=0), Item(n=1), Deep(n=2)]
+
+    @step(num_workers=4)
+    async def work(self, ev: Item) -> Done:
+        if ev.n == 0:
+            await self.sub_started.wait()
+        else:
+            await slow_forever(self, ev.n)
+        self.finished.append(ev.n)
+        return Done(n=ev.n)
+
+    @step
+    async def deep_split(self, ev: Deep) -> list[Sub]:
+        return [Sub(n=ev.n * 10)]
+
+    @step
+    async def sub_work(self, ev: Sub) -> SubDone:
+        self.sub_started.set()
+        await slow_forever(self, ev.n)
+        self.finished.append(ev.n)
+        return SubDone(n=ev.n)
+
+    @step
+    async def inner_join(self, events: list[SubDone]) -> Done:
+        self.inner_fired.append([e.n for e in events])
+        return Done(n=99)
+
+    @step
+    async def winner(
+        self, events: Annotated[list[Done], Collect(Take(1, cancel_rest=True))]
+    ) -> TakeDone:
+        self.log.append(("take", [e.n for e in events]))
+        return TakeDone(ns=[e.n for e in events])
+
+    @step
+    async def everyone(self, events: list[Done]) -> AllDone:
+        self.log.append(("all", [e.n for e in events]))
+        return AllDone(ns=[e.n for e in events])
+
+    @step
+    async def final(self, t: TakeDone, a: AllDone) -> StopEvent:
+        return StopEvent(result=(t.ns, a.ns))
+
+
+async def test_take_cancel_rest_cancels_running_siblings_and_nested_streams() -> None:
+    wf = CutFlow()
+    handler = wf.run()
+    events = await drain(handler)
+    # The cut closes the stream at once: the All join fires with what had arrived.
+    assert await handler == ([0], [0])
+    await anyio.sleep(0.02)  # let cancelled tasks finish unwinding
+    assert sorted(wf.started) == [1, 20]
+    assert sorted(wf.cancelled) == [1, 20]
+    assert wf.finished == [0], "the slow sibling and the nested member never finished"
+    assert wf.inner_fired == [], "pending releases of nested streams are dropped"
+    assert sorted(wf.log) == [("all", [0]), ("take", [0])]
+
+    # Each cancelled invocation publishes NOT_RUNNING with output_event_name=None ...
+    cut = [
+        ev
+        for ev in state_changes(events)
+        if ev.step_state is StepState.NOT_RUNNING and ev.output_event_name is None
+    ]
+    assert sorted((ev.name, ev.input_event_name) for ev in cut) == [
+        ("sub_work", str(Sub)),
+        ("work", str(Item)),
+    ]
+    # ... before the run ends, and no invocation is reported twice.
+    stop_index = next(i for i, ev in enumerate(events) if isinstance(ev, StopEvent))
+    assert all(events.index(ev) < stop_index for ev in cut)
+    running = Counter(
+        ev.name for ev in state_changes(events) if ev.step_state is StepState.RUNNING
+    )
+    not_running = Counter(
+        ev.name for ev in state_changes(events) if ev.step_state is StepState.NOT_RUNNING
+    )
+    assert running == not_running
+    assert running["inner_join"] == 0
+
+
+# =========================================================================== multi-slot
+
+
+class SlotFlow(Recording):
+    """A multi-slot join inside a stream, feeding a ``list[Pair]`` join."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[ItemA | ItemB]:
+        order = {"A": ItemA, "B": ItemB}
+        return [order[kind](n=n) for kind, n in ev.order]
+
+    @step
+    async def pair(self, a: ItemA, b: ItemB) -> Pair:
+        return Pair(left=a.n, right=b.n)
+
+    @step
+    async def pairs(self, events: list[Pair]) -> StopEvent:
+        return StopEvent(result=sorted((p.left, p.right) for p in events))
+
+
+@pytest.mark.parametrize(
+    ("order", "expected"),
+    [
+        ([("A", 0), ("B", 10), ("A", 1), ("B", 11)], [(0, 10), (1, 11)]),
+        ([("A", 0), ("A", 1), ("B", 10), ("B", 11)], [(0, 10), (1, 11)]),
+        ([("B", 10), ("B", 11), ("B", 12), ("A", 0), ("A", 1)], [(0, 10), (1, 11)]),
+        ([("A", 0), ("B", 10), ("A", 1)], [(0, 10)]),  # the leftover A is absorbed
+        ([("A", 0), ("A", 1)], []),
+    ],
+)
+async def test_multi_slot_join_pairs_in_arrival_order_in_repeated_batches(
+    order: list[tuple[str, int]], expected: list[tuple[int, int]]
+) -> None:
+    assert await SlotFlow().run(order=order) == expected
+
+
+class SameTypeSlots(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[ItemA]:
+        return [ItemA(n=n) for n in range(5)]
+
+    @step
+    async def pair(self, x: ItemA, y: ItemA) -> Pair:
+        return Pair(left=x.n, right=y.n)
+
+    @step
+    async def pairs(self, events: list[Pair]) -> StopEvent:
+        return StopEvent(result=sorted((p.left, p.right) for p in events))
+
+
+async def test_two_slots_of_one_type_bind_in_arrival_order() -> None:
+    assert await SameTypeSlots().run() == [(0, 1), (2, 3)]
+
+
+class TopLevelSlots(Recording):
+    @step
+    async def begin(self, ctx: Context, ev: StartEvent) -> ItemA | ItemB | None:
+        for kind, n in ev.order:
+            ctx.send_event(ItemA(n=n) if kind == "A" else ItemB(n=n))
+        return None
+
+    @step
+    async def pair(self, a: ItemA, b: ItemB) -> Pair:
+        return Pair(left=a.n, right=b.n)
+
+    @step
+    async def tally(self, ev: Pair) -> StopEvent | None:
+        self.log.append((ev.left, ev.right))
+        return StopEvent(result=list(self.log)) if len(self.log) == 3 else None
+
+
+async def test_top_level_multi_slot_join_fires_repeatedly() -> None:
+    order = [("A", 0), ("A", 1), ("B", 10), ("A", 2), ("B", 11), ("B", 12)]
+    assert await TopLevelSlots().run(order=order) == [(0, 10), (1, 11), (2, 12)]
+
+
+# =========================================================================== fan-out errors
+
+
+class BadElementFlow(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=0), 42]  # type: ignore[list-item]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        self.log.append(ev.n)
+        return Done(n=ev.n)
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        return StopEvent(result=len(events))
+
+
+async def test_a_non_event_element_fails_the_step_with_a_runtime_error() -> None:
+    wf = BadElementFlow()
+    handler = wf.run()
+    events = await drain(handler)
+    with pytest.raises(WorkflowRuntimeError) as info:
+        await handler
+    assert "split" in str(info.value) and "int" in str(info.value)
+    assert wf.log == [], "a failing fan-out emits nothing (all or nothing)"
+    last = events[-1]
+    assert isinstance(last, WorkflowFailedEvent)
+    assert last.step_name == "split" and last.exception is info.value
+
+
+class BareListOnlyFlow(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return Item(n=0)  # type: ignore[return-value]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        self.log.append(ev.n)
+        return Done(n=ev.n)
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        return StopEvent(result=len(events))
+
+
+async def test_a_bare_event_of_a_list_only_type_is_a_runtime_error() -> None:
+    wf = BareListOnlyFlow()
+    handler = wf.run()
+    events = await drain(handler)
+    with pytest.raises(WorkflowRuntimeError) as info:
+        await handler
+    assert "split" in str(info.value) and "Item" in str(info.value)
+    assert wf.log == []
+    assert isinstance(events[-1], WorkflowFailedEvent)
+    assert events[-1].step_name == "split"
+
+
+class BareUnionFlow(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[Item] | Item:
+        return Item(n=7)  # ordinary dispatch: Item is also a bare union member
+
+    @step
+    async def work(self, ev: Item) -> StopEvent:
+        return StopEvent(result=ev.n)
+
+
+async def test_a_bare_event_declared_as_a_union_member_is_ordinary_dispatch() -> None:
+    assert await BareUnionFlow().run() == 7
+
+
+class FailingMemberFlow(Recording):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.error = ValueError("member 2 broke")
+        self.joined: list[Any] = []
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=k) for k in range(4)]
+
+    @step(num_workers=4)
+    async def work(self, ev: Item) -> Done:
+        if ev.n == 2:
+            while len(self.started) < 3:  # every sibling is running
+                await anyio.sleep(0.001)
+            raise self.error
+        await slow_forever(self, ev.n)
+        self.finished.append(ev.n)
+        return Done(n=ev.n)
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        self.joined.append(events)
+        return StopEvent(result=len(events))
+
+
+async def test_a_failing_member_without_retry_or_handler_fails_the_run_at_once() -> None:
+    wf = FailingMemberFlow()
+    handler = wf.run()
+    events = await drain(handler)
+    with pytest.raises(ValueError) as info:
+        await handler
+    assert info.value is wf.error, "await raises the original exception object"
+    await anyio.sleep(0.02)
+    assert sorted(wf.cancelled) == [0, 1, 3], "siblings are cancelled"
+    assert wf.finished == [] and wf.joined == []
+    last = events[-1]
+    assert isinstance(last, WorkflowFailedEvent)
+    assert last.step_name == "work" and last.exception is wf.error
+    assert last.attempts == 1
+    assert len(stop_events(events)) == 1
+
+
+# =========================================================================== sends
+
+
+class SendOutsideFlow(Recording):
+    @step
+    async def split(self, ctx: Context, ev: StartEvent) -> list[Item]:
+        ctx.send_event(Done(n=99))  # top-level: never a member of the stream
+        try:
+            ctx.send_event(Done(n=98), step="join")
+        except WorkflowRuntimeError as exc:
+            self.log.append(("targeted", str(exc)))
+        return [Item(n=1), Item(n=2)]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        return Done(n=ev.n)
+
+    @step
+    async def tap(self, ev: Done) -> None:
+        self.log.append(("tap", ev.n))
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        return StopEvent(result=sorted(e.n for e in events))
+
+
+async def test_untargeted_send_of_a_collected_type_is_ignored_by_the_join_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    wf = SendOutsideFlow()
+    with caplog.at_level(logging.WARNING, logger="tickwork"):
+        assert await wf.run() == [1, 2]
+    # ... and still reaches the other accepting steps.
+    assert sorted(n for kind, n in wf.log if kind == "tap") == [1, 2, 99]
+    warnings = [
+        rec
+        for rec in caplog.records
+        if rec.levelno == logging.WARNING
+        and rec.name.split(".")[0] == "tickwork"
+        and "Done" in rec.getMessage()
+        and "join" in rec.getMessage()
+    ]
+    assert len(warnings) == 1, [rec.getMessage() for rec in caplog.records]
+
+
+async def test_targeted_send_to_a_collect_step_raises_at_the_call_inside_a_step() -> None:
+    wf = SendOutsideFlow()
+    await wf.run()
+    targeted = [msg for kind, msg in wf.log if kind == "targeted"]
+    assert len(targeted) == 1
+    assert "join" in targeted[0] and "Done" in targeted[0]
+    assert 98 not in [n for kind, n in wf.log if kind == "tap"]
+
+
+class WaitingFlow(Recording):
+    """A member waits for an ``Answer``: the stream stays open on an in-stream waiter."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=0), Item(n=1)]
+
+    @step
+    async def work(self, ctx: Context, ev: Item) -> Done:
+        if ev.n == 1:
+            answer = await ctx.wait_for_event(Answer)
+            return Done(n=answer.n)
+        return Done(n=ev.n)
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        return StopEvent(result=sorted(e.n for e in events))
+
+
+async def test_targeted_send_to_a_collect_step_raises_at_the_call_from_the_handler() -> None:
+    wf = WaitingFlow()
+    handler = wf.run()
+    with pytest.raises(WorkflowRuntimeError) as info:
+        handler.ctx.send_event(Done(n=5), step="join")
+    assert "join" in str(info.value) and "Done" in str(info.value)
+    with pytest.raises(WorkflowRuntimeError):
+        await handler.send_event(Done(n=5), step="join")
+    async for ev in handler.stream_events(expose_internal=True):
+        if isinstance(ev, WorkflowIdleEvent):
+            handler.ctx.send_event(Answer(n=41))
+    assert await handler == [0, 41]
+
+
+# =========================================================================== stuck streams
+
+
+async def test_an_open_stream_with_an_in_stream_waiter_is_not_stuck() -> None:
+    wf = WaitingFlow()
+    handler = wf.run()
+    seen: list[Event] = []
+    async for ev in handler.stream_events(expose_internal=True):
+        seen.append(ev)
+        if isinstance(ev, WorkflowIdleEvent):
+            await anyio.sleep(0.02)  # stays idle; no failure arrives meanwhile
+            assert not handler.is_done()
+            await handler.send_event(Answer(n=7))
+    assert await handler == [0, 7]
+    assert not any(isinstance(ev, WorkflowFailedEvent) for ev in seen)
+
+
+async def _snapshot_of_a_waiting_stream() -> dict[str, Any]:
+    wf = WaitingFlow()
+    handler = wf.run()
+    async for ev in handler.stream_events(expose_internal=True):
+        if isinstance(ev, WorkflowIdleEvent):
+            await handler.cancel_run()
+    snapshot = handler.ctx.to_dict()
+    assert snapshot["is_running"] is True
+    assert len(snapshot["streams"]) == 1
+    assert len(snapshot["workers"]["work"]["collected_waiters"]) == 1
+    return snapshot
+
+
+async def test_an_open_stream_nobody_can_resume_fails_the_run_naming_the_producer() -> None:
+    snapshot = await _snapshot_of_a_waiting_stream()
+    # Drop the only in-stream waiter: nothing can ever close the stream now.
+    snapshot["workers"]["work"]["collected_waiters"] = []
+    wf = WaitingFlow()
+    handler = wf.run(ctx=Context.from_dict(wf, snapshot))
+    # A session start alone schedules no idle check (§24.5): feed the run one input.
+    handler.ctx.send_event(Ping())
+    events = await drain(handler)
+    with pytest.raises(WorkflowRuntimeError) as info:
+        await handler
+    assert "split" in str(info.value)
+    assert "1" in str(info.value)  # the open-work count
+    last = events[-1]
+    assert isinstance(last, WorkflowFailedEvent)
+    assert last.step_name == "split"
+    assert last.attempts is None and last.elapsed_seconds is None
+    assert last.exception is info.value
+    assert not any(isinstance(ev, WorkflowIdleEvent) for ev in events)
+    assert len(stop_events(events)) == 1
+
+
+async def test_a_release_state_whose_stream_is_gone_is_stuck() -> None:
+    snapshot = await _snapshot_of_a_waiting_stream()
+    snapshot["workers"]["work"]["collected_waiters"] = []
+    snapshot["streams"] = {}
+    assert snapshot["collection_release_states"], "the join had buffered member 0"
+    wf = WaitingFlow()
+    handler = wf.run(ctx=Context.from_dict(wf, snapshot))
+    # A session start alone schedules no idle check (§24.5): feed the run one input.
+    handler.ctx.send_event(Ping())
+    events = await drain(handler)
+    with pytest.raises(WorkflowRuntimeError):
+        await handler
+    assert isinstance(events[-1], WorkflowFailedEvent)
+    assert events[-1].attempts is None
+
+
+# =========================================================================== validation
+
+
+class NoProducerFlow(Workflow):
+    @step
+    async def begin(self, ev: StartEvent) -> Done:
+        return Done(n=1)
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        return StopEvent(result=len(events))
+
+
+async def test_a_list_join_without_a_fan_out_producer_fails_validation() -> None:
+    wf = NoProducerFlow()
+    with pytest.raises(WorkflowValidationError) as info:
+        wf.validate()
+    message = str(info.value)
+    assert "join" in message and "events" in message and "Done" in message
+    assert "collect_events" in message
+    with pytest.raises(WorkflowValidationError):
+        wf.run()
+
+
+class LevelMismatchFlow(Workflow):
+    @step
+    async def begin(self, ev: StartEvent) -> list[ItemB] | ItemA:
+        return [ItemB(n=1)]
+
+    @step
+    async def pair(self, a: ItemA, b: ItemB) -> StopEvent:
+        return StopEvent(result=(a.n, b.n))
+
+
+async def test_multi_slot_join_whose_slots_live_at_different_levels_fails_validation() -> None:
+    with pytest.raises(WorkflowValidationError) as info:
+        LevelMismatchFlow().validate()
+    message = str(info.value)
+    assert "pair" in message
+    assert "a" in message and "b" in message
+    assert "ItemA" in message or "ItemB" in message
+
+
+def test_collect_on_a_non_list_parameter_is_rejected_at_decoration() -> None:
+    async def join(self: Any, events: Annotated[Done, Collect()]) -> StopEvent:
+        return StopEvent()
+
+    with pytest.raises(WorkflowValidationError) as info:
+        make_step_function(join)
+    assert "join" in str(info.value) and "events" in str(info.value)
+
+    async def join_ints(self: Any, numbers: Annotated[list[int], Collect()]) -> StopEvent:
+        return StopEvent()
+
+    with pytest.raises(WorkflowValidationError) as info:
+        make_step_function(join_ints)
+    assert "join_ints" in str(info.value) and "numbers" in str(info.value)
+
+
+def test_two_collection_parameters_are_rejected_at_decoration() -> None:
+    with pytest.raises(WorkflowValidationError) as info:
+
+        class TwoCollections(Workflow):
+            @step
+            async def join(self, done: list[Done], items: list[Item]) -> StopEvent:
+                return StopEvent()
+
+    message = str(info.value)
+    assert "join" in message
+    assert "done" in message or "items" in message
+
+
+def test_a_collection_parameter_with_an_event_parameter_is_rejected() -> None:
+    with pytest.raises(WorkflowValidationError) as info:
+
+        class Both(Workflow):
+            @step
+            async def join(self, done: list[Done], item: Item) -> StopEvent:
+                return StopEvent()
+
+    assert "join" in str(info.value)
+
+
+def test_collect_with_a_bad_cardinality_is_rejected() -> None:
+    async def join(self: Any, events: Annotated[list[Done], Collect("all")]) -> StopEvent:  # type: ignore[arg-type]
+        return StopEvent()
+
+    with pytest.raises(WorkflowValidationError) as info:
+        make_step_function(join)
+    assert "events" in str(info.value)
