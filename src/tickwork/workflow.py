@@ -94,6 +94,17 @@ def _unique_subclass(
     return found[0]
 
 
+def _check_journal(journal: Any) -> Any:
+    from tickwork.journal.store import JournalStore
+
+    if journal is None or isinstance(journal, bool) or isinstance(journal, JournalStore):
+        return bool(journal) if journal is None else journal
+    raise WorkflowConfigurationError(
+        f"Workflow(journal={journal!r}): journal must be True, False or a journal store "
+        "(e.g. tickwork.journal.SqliteJournal('runs.db'))"
+    )
+
+
 def _new_run_id() -> str:
     return "".join(secrets.choice(_ID_ALPHABET) for _ in range(10))
 
@@ -125,7 +136,7 @@ class Workflow(metaclass=WorkflowMeta):
         self._num_concurrent_runs = num_concurrent_runs
         self._explicit_name = workflow_name
         self._serializer = serializer
-        self._journal = journal
+        self._journal = _check_journal(journal)
         steps = self._get_steps()
         if not steps:
             raise WorkflowConfigurationError(f"workflow {self.workflow_name} has no steps")

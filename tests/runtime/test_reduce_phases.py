@@ -319,9 +319,12 @@ def test_resume_rewinds_in_flight_work_to_the_queue_front_in_sorted_step_order()
     assert (s.status, s.is_running, s.queued, s.running) == ("running", True, 2, 3)
     assert [it.event for it in kit.queued("zeta")] == [A(n=4)]
     assert [it.event for it in kit.queued("alpha")] == [B(n=2)]
-    rerun_ids = {inv.invocation_id for inv in started(out)}
-    assert {inv.invocation_id for inv in kit.running()} == rerun_ids
-    assert rerun_ids.isdisjoint({a2.invocation_id, a3.invocation_id, b1.invocation_id})
+    # re-runs after a resume keep their invocation identity (api.md §26.3)
+    assert [inv.invocation_id for inv in started(out)] == [
+        b1.invocation_id,
+        a2.invocation_id,
+        a3.invocation_id,
+    ]
 
 
 def test_resume_arms_the_timeout_with_the_remaining_alive_budget() -> None:
@@ -356,13 +359,8 @@ def test_resume_rearms_waiter_timeouts_with_what_remains_and_no_idle_check() -> 
     assert summary(out) == [("waiter_timeout", 1120.0, "ask", "w"), ("timeout", 1145.0)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="api.md §26.3: a re-run after a resume keeps its invocation identity (and the "
-    "send indexes already routed); _rewind_in_flight mints a new invocation id with an "
-    "empty `received`, so the re-run's sends are routed a second time",
-)
 def test_resume_keeps_invocation_identity_so_routed_sends_are_not_routed_again() -> None:
+    """api.md §26.3: a re-run after a resume keeps its identity and its routed sends."""
     kit = ReducerKit(ChainFlow())
     kit.start()
     (begin,) = kit.running("begin")
@@ -370,18 +368,15 @@ def test_resume_keeps_invocation_identity_so_routed_sends_are_not_routed_again()
     kit.cancel()
     kit.feed(SessionStart(kit.now, "run-2"))
     (rerun,) = kit.running("begin")
-    out = kit.send_from(rerun, 0, A(n=1))  # the re-run makes the same first send
-    assert started(out) == []
-    assert rerun.invocation_id == begin.invocation_id
+    assert (rerun.invocation_id, rerun.received) == (begin.invocation_id, {0})
+    assert rerun.item.work_item_id == begin.item.work_item_id
+    assert kit.send_from(rerun, 0, A(n=1)) == []  # the same first send: already routed
+    out = kit.send_from(rerun, 1, A(n=2))  # a new one is routed
+    assert summary(out) == [("running", "middle", "1"), ("run", "middle", "wi-2", 1)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="api.md §26.2: delayed retries keep their not_before across a resume, but "
-    "SessionStart schedules no wakeup for them (the old session's timer heap is gone), "
-    "so a retry that is not yet due when the run resumes is never dispatched",
-)
 def test_resume_rearms_the_wakeup_of_a_pending_delayed_retry() -> None:
+    """api.md §26.2: delayed retries keep their not_before across a resume."""
     kit = quiet(RetryFlow())
     kit.send(A(n=1))
     (flaky,) = kit.running("flaky")
@@ -389,8 +384,26 @@ def test_resume_rearms_the_wakeup_of_a_pending_delayed_retry() -> None:
     kit.advance(2)
     kit.cancel()
     kit.advance(3)
+    out = kit.feed(SessionStart(kit.now, "run-2"))  # 1005: 2 s of budget spent
+    assert summary(out) == [("wakeup", 1010.0, "flaky"), ("timeout", 1048.0)]
+    kit.advance(5)
+    out = kit.wakeup("flaky")
+    assert summary(out) == [("running", "flaky", "0"), ("run", "flaky", flaky.item.work_item_id, 0)]
+
+
+def test_resume_dispatches_a_past_due_delayed_retry_at_once() -> None:
+    kit = quiet(RetryFlow())
+    kit.send(A(n=1))
+    (flaky,) = kit.running("flaky")
+    kit.fail(flaky, RuntimeError("boom"), retry_delay=10)
+    kit.cancel()
+    kit.advance(100)
     out = kit.feed(SessionStart(kit.now, "run-2"))
-    assert ("wakeup", 1010.0, "flaky") in summary(out)
+    assert summary(out) == [
+        ("running", "flaky", "0"),
+        ("run", "flaky", flaky.item.work_item_id, 0),
+        ("timeout", 1145.0),
+    ]
 
 
 # -------------------------------------------------------------------------- add event

@@ -183,6 +183,7 @@ Draw = Callable[[st.SearchStrategy[Any]], Any]
 Behaviour = Callable[[Invocation, Draw, float], tuple[list[Event], StepOutcome]]
 
 _counter = iter(range(10**9))
+_mostly_true = st.sampled_from([True, True, False])
 
 
 def fresh(cls: type[Event]) -> Event:
@@ -197,7 +198,7 @@ def _completed(value: Any, sends: list[Event] | None = None) -> tuple[list[Event
 
 def _maybe_fail(draw: Draw, now: float) -> tuple[list[Event], StepOutcome] | None:
     """Any step may raise; the retry decision is drawn like a policy would decide it."""
-    if not draw(st.booleans()):
+    if draw(st.sampled_from(["ok", "ok", "ok", "raise"])) == "ok":
         return None
     delay = draw(st.sampled_from([0.0, 2.0, None]))
     return [], Failed(RuntimeError(f"boom-{next(_counter)}"), delay, now)
@@ -208,7 +209,7 @@ def chain_behaviour(inv: Invocation, draw: Draw, now: float) -> tuple[list[Event
     if failed:
         return failed
     out = {"begin": A, "middle": B, "finish": StopEvent}[inv.step]
-    if draw(st.booleans()):
+    if draw(_mostly_true):
         return _completed(StopEvent(result="ok") if out is StopEvent else fresh(out))
     return _completed(None)
 
@@ -222,7 +223,7 @@ def send_collect_behaviour(
     if failed:
         return failed
     if inv.step == "work":
-        return _completed(fresh(Done) if draw(st.booleans()) else None)
+        return _completed(fresh(Done) if draw(_mostly_true) else None)
     # gather: ctx.collect_events(ev, [Done, Done]) against the dispatch-time view
     view = inv.collect_view.get("default", EMPTY_BUFFER)
     op, _, released = decide_collect(view, "default", inv.item.event, [Done, Done])
@@ -233,11 +234,11 @@ def send_collect_behaviour(
 def join_behaviour(inv: Invocation, draw: Draw, now: float) -> tuple[list[Event], StepOutcome]:
     if inv.step == "begin":
         sends = [fresh(draw(st.sampled_from([A, B]))) for _ in range(draw(st.integers(0, 3)))]
-        return _completed(fresh(A) if draw(st.booleans()) else None, sends)
+        return _completed(fresh(A) if draw(_mostly_true) else None, sends)
     failed = _maybe_fail(draw, now)
     if failed:
         return failed
-    return _completed(StopEvent(result="joined") if draw(st.booleans()) else None)
+    return _completed(StopEvent(result="joined") if draw(_mostly_true) else None)
 
 
 def hitl_behaviour(inv: Invocation, draw: Draw, now: float) -> tuple[list[Event], StepOutcome]:
@@ -247,7 +248,7 @@ def hitl_behaviour(inv: Invocation, draw: Draw, now: float) -> tuple[list[Event]
         return _completed(None)  # a Reply that reached ask as a trigger
     waiter = inv.waiters_view.get("w")
     if waiter is not None and waiter.resolved_event is not None:
-        return _completed(StopEvent(result="answered") if draw(st.booleans()) else None)
+        return _completed(StopEvent(result="answered") if draw(_mostly_true) else None)
     if waiter is not None and waiter.timed_out:
         if draw(st.booleans()):
             error = TimeoutError("no reply")
@@ -279,7 +280,7 @@ def list_fan_behaviour(inv: Invocation, draw: Draw, now: float) -> tuple[list[Ev
     failed = _maybe_fail(draw, now)
     if failed:
         return failed
-    return _completed(fresh(Done) if draw(st.booleans()) else None)
+    return _completed(fresh(Done) if draw(_mostly_true) else None)
 
 
 @dataclass(frozen=True)
@@ -305,7 +306,13 @@ FLOWS = [
         "hitl",
         HitlFlow,
         hitl_behaviour,
-        (lambda: Reply(n=1), lambda: Reply(n=2), lambda: SubReply(n=1), lambda: Ask(n=3)),
+        (
+            lambda: Reply(n=1),
+            lambda: Reply(n=1),
+            lambda: Reply(n=2),
+            lambda: SubReply(n=1),
+            lambda: Ask(n=3),
+        ),
         (Orphan,),
     ),
     FlowModel("retry", RetryFlow, retry_behaviour, (lambda: fresh(A), lambda: fresh(Orphan)), (A,)),
@@ -351,7 +358,8 @@ class Simulator:
         self.now = 1000.0
         self.running: dict[str, Invocation] = {}
         self.gone: list[Invocation] = []  # cancelled or finished: their results are late
-        self.timers: list[tuple[float, Callable[[float], Tick]]] = []
+        # (due, make); the run's own timeout timer is kept apart as (None, (due, make))
+        self.timers: list[tuple[Any, Any]] = []
         self.idle_requested = False
         self.next_send: dict[str, int] = {}
         self.posted: list[AddEvent] = []
@@ -389,7 +397,7 @@ class Simulator:
                 name = command.step
                 self.timers.append((command.due_at, lambda now, s=name: Wakeup(now, s)))
             elif isinstance(command, ScheduleTimeout):
-                self.timers.append((command.due_at, Timeout))
+                self.timers.append((None, (command.due_at, Timeout)))
             elif isinstance(command, ScheduleWaiterTimeout):
                 s, w = command.step, command.waiter_id
                 self.timers.append(
@@ -427,19 +435,22 @@ class Simulator:
         self.feed(AddEvent(self.now, StartEvent()))
 
     def act(self) -> None:
-        options = ["advance", "external", "publish", "timeout", "cancel", "wakeup"]
+        # Repetition weights the choice: results are common, ends of the run rare.
+        options = ["external", "external", "advance", "publish", "wakeup", "cancel", "timeout"]
         if self.running:
-            options = ["result", "result", "send", *options]
+            options += ["result"] * 8 + ["send"] * 2
         if self.posted:
             options.append("repost")
         if self.gone:
             options.append("late_result")
-        if self.timers:
-            options.append("timer")
+        if any(due is not None for due, _ in self.timers):
+            options += ["timer"] * 2
+        if any(due is None for due, _ in self.timers):
+            options.append("run_timer")
         if self.idle_requested:
-            options.append("idle")
+            options += ["idle"] * 2
         if self.state.status == "cancelled":
-            options.append("resume")
+            options += ["resume"] * 4
         getattr(self, "_" + self.draw(st.sampled_from(options)))()
 
     def _pick_running(self) -> Invocation:
@@ -484,8 +495,16 @@ class Simulator:
         self.feed(StepResult(self.now, inv.step, inv.invocation_id, Completed(None)))
 
     def _timer(self) -> None:
-        index = self.draw(st.integers(0, len(self.timers) - 1))
-        due, make = self.timers.pop(index)
+        """A wakeup or waiter-timeout timer fires at its due time."""
+        indexes = [i for i, (due, _) in enumerate(self.timers) if due is not None]
+        due, make = self.timers.pop(self.draw(st.sampled_from(indexes)))
+        self.now = max(self.now, due)
+        self.feed(make(self.now))
+
+    def _run_timer(self) -> None:
+        """The run's timeout timer fires at its due time."""
+        index = next(i for i, (due, _) in enumerate(self.timers) if due is None)
+        due, make = self.timers.pop(index)[1]
         self.now = max(self.now, due)
         self.feed(make(self.now))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -19,7 +20,7 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar
 
 from tickwork.context.serializers import BaseSerializer, JsonSerializer
-from tickwork.context.snapshot import decode_snapshot, encode_snapshot
+from tickwork.context.snapshot import SnapshotCache, decode_snapshot, encode_snapshot
 from tickwork.context.state_store import DictState, InMemoryStateStore, infer_state_type
 from tickwork.errors import ContextSerdeError, ContextStateError, WorkflowRuntimeError
 from tickwork.events import Event
@@ -43,6 +44,33 @@ _HANDLER = "handler code (outside steps)"
 _STEP = "a step (the context passed to a step function)"
 
 
+_COMPOSED: weakref.WeakKeyDictionary[Any, dict[int, tuple[BaseSerializer, BaseSerializer]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _compose_serializer(
+    serializer: BaseSerializer, workflow: Any, state_type: type[BaseModel]
+) -> BaseSerializer:
+    """Extend an allow-listed ``JsonSerializer`` with the workflow's own event and state
+    types, so users list only the extra classes their payloads carry.
+
+    Cached per workflow instance (weakly), keyed by the serializer given.
+    """
+    if not isinstance(serializer, JsonSerializer) or serializer.allowed_types is None:
+        return serializer
+    try:
+        per_workflow = _COMPOSED.setdefault(workflow, {})
+    except TypeError:
+        per_workflow = {}
+    cached = per_workflow.get(id(serializer))
+    if cached is not None and cached[0] is serializer:
+        return cached[1]
+    composed = serializer.with_types(*getattr(workflow, "events", ()), state_type)
+    per_workflow[id(serializer)] = (serializer, composed)
+    return composed
+
+
 class Context(Generic[MODEL_T]):
     """The run's context: state store, event sending, streaming and step helpers."""
 
@@ -53,13 +81,16 @@ class Context(Generic[MODEL_T]):
         serializer: BaseSerializer | None = None,
     ) -> None:
         self._workflow = workflow
-        self._serializer: BaseSerializer = (
-            serializer or getattr(workflow, "serializer", None) or JsonSerializer()
-        )
         self._state_type: type[BaseModel] = infer_state_type(workflow)
+        self._serializer: BaseSerializer = _compose_serializer(
+            serializer or getattr(workflow, "serializer", None) or JsonSerializer(),
+            workflow,
+            self._state_type,
+        )
         self._snapshot = previous_context
         self._staging_store: InMemoryStateStore[Any] | None = None
         self._restored: RunState | None = None
+        self._snapshot_cache: SnapshotCache | None = None
         if previous_context is not None:
             self._restored, self._staging_store = self._load_snapshot(previous_context)
         self._session: RunSession | None = None
@@ -118,7 +149,9 @@ class Context(Generic[MODEL_T]):
             )
         ser = serializer or self._serializer
         section = self.store.to_dict(ser) if include_state else None
-        return encode_snapshot(self._current_run_state(), ser, section)
+        if self._snapshot_cache is None:
+            self._snapshot_cache = SnapshotCache()
+        return encode_snapshot(self._current_run_state(), ser, section, self._snapshot_cache)
 
     @classmethod
     def from_dict(
@@ -137,7 +170,7 @@ class Context(Generic[MODEL_T]):
         """A step-face Context for one invocation (built by the runtime)."""
         ctx: Context[Any] = cls.__new__(cls)
         ctx._workflow = scope.session.workflow
-        ctx._serializer = scope.session.workflow.serializer or JsonSerializer()
+        ctx._serializer = scope.session.serializer or JsonSerializer()
         ctx._state_type = scope.session.store.state_type
         ctx._snapshot = None
         ctx._staging_store = None

@@ -28,7 +28,13 @@ from tickwork.runtime.types.state import (
     WorkItem,
 )
 
-__all__ = ["SNAPSHOT_VERSION", "decode_snapshot", "empty_worker", "encode_snapshot"]
+__all__ = [
+    "SNAPSHOT_VERSION",
+    "SnapshotCache",
+    "decode_snapshot",
+    "empty_worker",
+    "encode_snapshot",
+]
 
 SNAPSHOT_VERSION = 2
 
@@ -36,15 +42,130 @@ SNAPSHOT_VERSION = 2
 # --------------------------------------------------------------------------- encoding
 
 
+class SnapshotCache:
+    """Encodings from earlier snapshots of the same run, reused while unchanged.
+
+    Run states are values that share their unchanged parts, so a snapshot taken after
+    each step differs from the previous one in a few items only.  The cache keys
+    encodings by object identity (work items, events) and by persistent-container cells
+    (queues, buffers), so a new snapshot encodes only what changed and copies the rest
+    at C speed.  Without it, snapshotting at every NOT_RUNNING of an n-item fan-out
+    re-serializes the whole queue n times.  Entries unused by the latest snapshot are
+    dropped, so the cache stays O(state).  Encoded dicts are shared between snapshots:
+    treat a snapshot as read-only (``copy.deepcopy`` it before changing it).
+    """
+
+    def __init__(self) -> None:
+        self.items: dict[int, tuple[WorkItem, dict[str, Any]]] = {}
+        self.events: dict[int, tuple[Any, str]] = {}
+        self.sequences: dict[str, tuple[Any, Any, list[Any]]] = {}
+        self.serializer: BaseSerializer | None = None
+
+
+def _advance(cell: Any, target: Any, limit: int) -> int | None:
+    """How many cells to walk from ``cell`` to reach ``target`` (``None``: not found)."""
+    steps = 0
+    while steps <= limit:
+        if cell is target:
+            return steps
+        if cell is None:
+            return None
+        cell = cell[1]
+        steps += 1
+    return None
+
+
+def _new_cells(cell: Any, old: Any, limit: int) -> list[Any] | None:
+    """The heads of the cells prepended before ``old`` (newest first), or ``None``."""
+    heads: list[Any] = []
+    while cell is not old:
+        if cell is None or len(heads) > limit:
+            return None
+        heads.append(cell[0])
+        cell = cell[1]
+    return heads
+
+
 class _Encoder:
-    def __init__(self, serializer: BaseSerializer) -> None:
+    def __init__(self, serializer: BaseSerializer, cache: SnapshotCache | None = None) -> None:
         self.ser = serializer
+        self.cache = cache
+        self.used_items: dict[int, tuple[WorkItem, dict[str, Any]]] = {}
+        self.used_events: dict[int, tuple[Any, str]] = {}
+        self.used_sequences: dict[str, tuple[Any, Any, list[Any]]] = {}
+        if cache is not None and cache.serializer is not serializer:
+            cache.items, cache.events, cache.sequences = {}, {}, {}
+            cache.serializer = serializer
+
+    def cached_item(self, item: WorkItem) -> dict[str, Any]:
+        """The encoding of a queued item, reused while the item object is unchanged."""
+        if self.cache is None:
+            return self.item(item)
+        key = id(item)
+        hit = self.cache.items.get(key)
+        if hit is None or hit[0] is not item:
+            hit = (item, self.item(item))
+        self.used_items[key] = hit
+        return hit[1]
 
     def event(self, event: Any) -> str | None:
-        return None if event is None else self.ser.serialize(event)
+        if event is None:
+            return None
+        if self.cache is None:
+            return self.ser.serialize(event)
+        key = id(event)
+        hit = self.cache.events.get(key)
+        if hit is None or hit[0] is not event:
+            hit = (event, self.ser.serialize(event))
+        self.used_events[key] = hit
+        return hit[1]
 
     def events(self, events: Any) -> list[str]:
-        return [self.ser.serialize(ev) for ev in events]
+        event = self.event
+        return [event(ev) for ev in events]  # type: ignore[misc]
+
+    def _sequence(
+        self,
+        key: str,
+        front: Any,
+        back: Any,
+        length: int,
+        encode_one: Any,
+        everything: Any,
+    ) -> list[Any]:
+        """Encode a persistent sequence (front cells in order, then back cells reversed),
+        deriving it from the previous snapshot's encoding when the cells are shared:
+        pops advance the front, appends prepend back cells."""
+        encoded: list[Any] | None = None
+        previous = self.cache.sequences.get(key) if self.cache is not None else None
+        if previous is not None:
+            old_front, old_back, old_encoded = previous
+            dropped = _advance(old_front, front, len(old_encoded))
+            added = _new_cells(back, old_back, length)
+            if dropped is not None and added is not None:
+                encoded = old_encoded[dropped:]
+                encoded.extend(encode_one(x) for x in reversed(added))
+        if encoded is None:
+            encoded = [encode_one(x) for x in everything()]
+        self.used_sequences[key] = (front, back, encoded)
+        return list(encoded)
+
+    def queue(self, step: str, queue: PQueue[WorkItem]) -> list[dict[str, Any]]:
+        front, back = queue.cells()
+        return self._sequence(
+            f"queue:{step}", front, back, len(queue), self.cached_item, queue.to_list
+        )
+
+    def buffer(self, key: str, buffer: PList[Any]) -> list[str]:
+        return self._sequence(
+            f"buffer:{key}", None, buffer.cell(), len(buffer), self.event, buffer.to_list
+        )
+
+    def finish(self) -> None:
+        if self.cache is not None:
+            self.cache.items = self.used_items
+            self.cache.events = self.used_events
+            self.cache.sequences = self.used_sequences
 
     def item(self, item: WorkItem) -> dict[str, Any]:
         return {
@@ -114,13 +235,14 @@ class _Encoder:
             "work_item": self.item(item),
         }
 
-    def worker(self, step: StepRunState, elapsed_alive: float) -> dict[str, Any]:
+    def worker(self, name: str, step: StepRunState, elapsed_alive: float) -> dict[str, Any]:
         in_progress = sorted(step.in_progress.values(), key=lambda inv: _seq(inv.invocation_id))
         return {
-            "queue": [self.item(item) for item in step.queue],
+            "queue": self.queue(name, step.queue),
             "in_progress": [self.invocation(inv) for inv in in_progress],
             "collected_events": {
-                bid: self.events(buf.events) for bid, buf in step.collect_buffers.items()
+                bid: self.buffer(f"{name}/{bid}", buf.events)
+                for bid, buf in step.collect_buffers.items()
             },
             "collect_generations": {
                 bid: buf.generation for bid, buf in step.collect_buffers.items()
@@ -153,17 +275,23 @@ def empty_worker() -> dict[str, Any]:
 
 
 def encode_snapshot(
-    state: RunState, serializer: BaseSerializer, state_section: dict[str, Any] | None
+    state: RunState,
+    serializer: BaseSerializer,
+    state_section: dict[str, Any] | None,
+    cache: SnapshotCache | None = None,
 ) -> dict[str, Any]:
-    """The version-2 snapshot of ``state`` (O(size of the current state))."""
-    enc = _Encoder(serializer)
+    """The version-2 snapshot of ``state`` (O(size of the current state)).
+
+    With a :class:`SnapshotCache`, items encoded by an earlier snapshot are reused.
+    """
+    enc = _Encoder(serializer, cache)
     resumable = state.status in ("running", "cancelled")
-    return {
+    snapshot = {
         "version": SNAPSHOT_VERSION,
         "state": state_section,
         "is_running": resumable,
         "workers": {
-            name: enc.worker(step, state.elapsed_alive) for name, step in state.steps.items()
+            name: enc.worker(name, step, state.elapsed_alive) for name, step in state.steps.items()
         },
         "stream_seq": state.stream_seq,
         "work_item_seq": state.work_item_seq,
@@ -183,7 +311,7 @@ def encode_snapshot(
             key: {
                 "binding_id": rs.binding_id,
                 "stream_id": rs.stream_id,
-                "buffer": enc.events(rs.buffer),
+                "buffer": enc.buffer(key, rs.buffer),
                 "released": rs.released,
             }
             for key, rs in sorted(state.releases.items())
@@ -192,6 +320,8 @@ def encode_snapshot(
         "last_alive_stamp": state.last_alive_stamp,
         "journal_seq": state.journal_seq,
     }
+    enc.finish()
+    return snapshot
 
 
 # --------------------------------------------------------------------------- decoding

@@ -105,6 +105,26 @@ class PQueue(Generic[T]):
             skipped.append(item)
         return None, self
 
+    def cells(self) -> tuple[Any, Any]:
+        """The front and back cons cells: identities that let callers cache per version."""
+        return self._front, self._back
+
+    def to_list(self) -> list[T]:
+        """The items in order (O(n))."""
+        out: list[T] = []
+        cell = self._front
+        while cell is not None:
+            out.append(cell[0])
+            cell = cell[1]
+        back: list[T] = []
+        cell = self._back
+        while cell is not None:
+            back.append(cell[0])
+            cell = cell[1]
+        back.reverse()
+        out.extend(back)
+        return out
+
     def __len__(self) -> int:
         return self._len
 
@@ -145,6 +165,10 @@ class PList(Generic[T]):
     def append(self, item: T) -> PList[T]:
         """A new list with ``item`` at the end."""
         return PList((item, self._cell), self._len + 1)
+
+    def cell(self) -> Any:
+        """The newest cons cell: an identity that lets callers cache per version."""
+        return self._cell
 
     def to_list(self) -> list[T]:
         """The items, oldest first (O(n))."""
