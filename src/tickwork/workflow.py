@@ -97,7 +97,7 @@ def _unique_subclass(
 def _check_journal(journal: Any) -> Any:
     from tickwork.journal.store import JournalStore
 
-    if journal is None or isinstance(journal, bool) or isinstance(journal, JournalStore):
+    if journal is None or isinstance(journal, (bool, JournalStore)):
         return bool(journal) if journal is None else journal
     raise WorkflowConfigurationError(
         f"Workflow(journal={journal!r}): journal must be True, False or a journal store "

@@ -9,7 +9,9 @@ Usage::
 
 Every step execution appends one ``"step,key"`` line to the log file (``O_APPEND``, one
 ``write`` per line, so lines from killed processes are never torn or interleaved).  The
-child prints ``READY`` right before the run starts and ``RESULT <json>`` at the end.
+child prints ``READY`` right before the run starts, ``ASKED`` when the human is asked
+(fresh runs only: a resumed run does not publish the request again) and
+``RESULT <json>`` at the end.
 
 The workflow fans out ``N_ITEMS`` items to ``process`` (4 workers, retried with a fixed
 delay).  Items with ``id % 3 == 1`` fail deterministically on their first attempt;
@@ -35,6 +37,7 @@ from tickwork.events import StepFailedEvent
 from tickwork.journal import SqliteJournal, load_run, recover_runs
 from tickwork.retry_policy import retry_if_exception_type, retry_policy, stop_after_attempt
 from tickwork.retry_policy import wait_fixed
+from tickwork.runtime.control_loop import rebuild_state_from_ticks
 
 RUN_ID = "crash-run"
 N_ITEMS = 8
@@ -155,13 +158,70 @@ async def answer_when_asked(handler: Any) -> None:
         await anyio.sleep(0.02)
 
 
-async def finish(handler: Any, scenario: str) -> Any:
+async def announce_ask(handler: Any) -> None:
+    """Print ``ASKED`` when the waiter event is published (the parent may kill then)."""
+    async for ev in handler.stream_events():
+        if isinstance(ev, Ask):
+            print("ASKED", flush=True)
+
+
+async def finish(handler: Any, scenario: str, *, fresh: bool) -> Any:
     async with anyio.create_task_group() as tg:
         if scenario == "answer":
             tg.start_soon(answer_when_asked, handler)
+        if fresh:
+            tg.start_soon(announce_ask, handler)
         result = await handler
         tg.cancel_scope.cancel()
     return result
+
+
+def _key(step_name: str, item: Any, scenario: str) -> str | None:
+    """The side-log key an execution of ``item`` by ``step_name`` writes."""
+    if step_name == "produce":
+        return "start"
+    if step_name == "process":
+        return f"{item.event.id}:{item.attempts}"
+    if step_name == "recover":
+        return str(item.event.input_event.id)
+    if step_name == "gather":
+        return "all"
+    if step_name == "approve":
+        return "answered" if scenario == "answer" else "timed_out"
+    return None
+
+
+async def durable_progress(wf: Any, store: Any, scenario: str) -> dict[str, Any]:
+    """What the journal says before recovery: finished and in-flight executions.
+
+    Folds the durable records one by one with the public replay facade and, before each
+    ``step_result`` that completed or failed an invocation, maps that invocation to its
+    side-log key.  Those executions are durably finished and must never run again.
+    """
+    found = await store.read_snapshot(RUN_ID)
+    assert found is not None
+    seq, snapshot = found
+    state = Context.from_dict(wf, snapshot)._current_run_state()
+    finished: list[str] = []
+    async for record in store.read(RUN_ID, seq):
+        data = record.data
+        if data["type"] == "step_result" and data["outcome"]["kind"] != "suspended":
+            inv = state.steps[data["step"]].in_progress[data["invocation_id"]]
+            key = _key(data["step"], inv.item, scenario)
+            if key is not None:
+                finished.append(f"{data['step']},{key}")
+        state = rebuild_state_from_ticks(state, [record])
+    in_flight = [
+        f"{name},{_key(name, inv.item, scenario)}"
+        for name, st in state.steps.items()
+        for inv in st.in_progress.values()
+    ]
+    waiting = any(
+        w.resolved_event is None and not w.timed_out
+        for st in state.steps.values()
+        for w in st.waiters.values()
+    )
+    return {"finished": finished, "in_flight": in_flight, "waiting": waiting}
 
 
 def emit(kind: str, result: Any) -> None:
@@ -173,16 +233,17 @@ async def main(mode: str, db: str, scenario: str) -> None:
     wf = CrashFlow(scenario, journal=store)
     if mode == "run":
         print("READY", flush=True)
-        emit("RESULT", await finish(wf.run(run_id=RUN_ID), scenario))
+        emit("RESULT", await finish(wf.run(run_id=RUN_ID), scenario, fresh=True))
         return
     entry = await store.get_run(RUN_ID)
     if entry is None:  # killed before the run was registered: start it afresh
-        print("READY", flush=True)
-        emit("RESULT", await finish(wf.run(run_id=RUN_ID), scenario))
+        emit("PROGRESS", None)
+        emit("RESULT", await finish(wf.run(run_id=RUN_ID), scenario, fresh=True))
         return
+    emit("PROGRESS", await durable_progress(wf, store, scenario))
     handlers = await recover_runs(wf)
     if RUN_ID in handlers:
-        emit("RESULT", await finish(handlers[RUN_ID], scenario))
+        emit("RESULT", await finish(handlers[RUN_ID], scenario, fresh=False))
         return
     # The run had already finished durably: its result is in the final state section.
     ctx = await load_run(wf, RUN_ID)

@@ -286,7 +286,7 @@ def encode_snapshot(
     """
     enc = _Encoder(serializer, cache)
     resumable = state.status in ("running", "cancelled")
-    snapshot = {
+    snapshot: dict[str, Any] = {
         "version": SNAPSHOT_VERSION,
         "state": state_section,
         "is_running": resumable,
