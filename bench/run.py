@@ -38,7 +38,9 @@ from bench._harness import Scenario
 SCENARIO_MODULES = {
     "baseline": "bench.baseline",
     "chain": "bench.chain",
+    "fanout_collect": "bench.fanout_collect",
     "send_collect": "bench.send_collect",
+    "retry": "bench.retry",
     "concurrent_runs": "bench.concurrent_runs",
     "stream": "bench.stream",
     "trio": "bench.trio_chain",

@@ -37,12 +37,19 @@ def qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+# Successful resolutions, so decoding a journal does not re-import per record.
+_IMPORTED: dict[str, type] = {}
+
+
 def resolve_by_import(name: str) -> type:
     """Import the longest importable module prefix of ``name`` and walk the rest.
 
     Raises ``ImportError`` naming ``name`` when nothing resolves (classes defined inside
     functions, with ``<locals>`` in their qualname, can never be imported).
     """
+    cached = _IMPORTED.get(name)
+    if cached is not None:
+        return cached
     parts = name.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:cut])
@@ -56,6 +63,7 @@ def resolve_by_import(name: str) -> type:
         except AttributeError:
             continue
         if isinstance(obj, type):
+            _IMPORTED[name] = obj
             return obj
         break
     raise ImportError(f"cannot resolve class {name!r} by import")

@@ -103,7 +103,7 @@ class DictLikeModel(BaseModel):
         return data
 
     def __init__(self, **params: Any) -> None:
-        declared = type(self).model_fields
+        declared = type(self).__pydantic_fields__
         if all(key in declared for key in params):
             super().__init__(**params)
             return
@@ -161,11 +161,15 @@ class DictLikeModel(BaseModel):
         by_name: bool | None = None,
     ) -> Any:
         """Validate ``obj``; a ``"_data"`` key goes back into the dynamic fields."""
+        if isinstance(obj, dict) and all(key in cls.__pydantic_fields__ for key in obj):
+            return super().model_validate(
+                obj, strict=strict, from_attributes=from_attributes, context=context
+            )
         if isinstance(obj, dict) and not isinstance(obj, cls):
             obj = dict(obj)
             data = obj.pop("_data", None) or {}
-            declared = {k: v for k, v in obj.items() if k in cls.model_fields}
-            rest = {k: v for k, v in obj.items() if k not in cls.model_fields}
+            declared = {k: v for k, v in obj.items() if k in cls.__pydantic_fields__}
+            rest = {k: v for k, v in obj.items() if k not in cls.__pydantic_fields__}
             model = super().model_validate(
                 declared,
                 strict=strict,
@@ -231,7 +235,7 @@ class DictLikeModel(BaseModel):
     def __setattr__(self, name: str, value: Any) -> None:
         if name in type(self)._manual_private:
             self._priv()[name] = value
-        elif name in type(self).model_fields or name in type(self).__private_attributes__:
+        elif name in type(self).__pydantic_fields__ or name in type(self).__private_attributes__:
             super().__setattr__(name, value)
         elif isinstance(getattr(type(self), name, None), property):
             object.__setattr__(self, name, value)
@@ -298,7 +302,7 @@ class StopEvent(Event):
     @classmethod
     def model_validate(cls, obj: Any, **kwargs: Any) -> Any:
         """Validate ``obj``, restoring a ``"result"`` key into the private result."""
-        if isinstance(obj, dict) and "result" in obj and "result" not in cls.model_fields:
+        if isinstance(obj, dict) and "result" in obj and "result" not in cls.__pydantic_fields__:
             obj = dict(obj)
             result = obj.pop("result")
             model = super().model_validate(obj, **kwargs)
@@ -321,7 +325,7 @@ class StopEvent(Event):
             data = self._dyn()
             if data:
                 dumped["_data"] = dict(data)
-            if self._result is not None and "result" not in type(self).model_fields:
+            if self._result is not None and "result" not in type(self).__pydantic_fields__:
                 dumped["result"] = self._result
         return dumped
 
