@@ -15,18 +15,21 @@ from typing import Annotated, Any
 import anyio
 import pytest
 
-from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
+from tickwork import Context, Event, StartEvent, StopEvent, Workflow, catch_error, step
 from tickwork.collect import All, Collect, Take
 from tickwork.decorators import make_step_function
 from tickwork.errors import WorkflowRuntimeError, WorkflowTimeoutError, WorkflowValidationError
 from tickwork.events import (
     CollectionReleaseEvent,
+    StepFailedEvent,
     StepState,
     StepStateChanged,
+    UnhandledEvent,
     WorkflowFailedEvent,
     WorkflowIdleEvent,
 )
 from tickwork.handler import WorkflowHandler
+from tickwork.retry_policy import retry_policy, stop_after_attempt, wait_fixed
 
 pytestmark = pytest.mark.anyio
 
@@ -156,8 +159,14 @@ class EmptyFlow(Recording):
 
 async def test_empty_list_fires_every_bound_join_once_with_an_empty_batch() -> None:
     wf = EmptyFlow()
-    assert await wf.run() == ([], [])
+    handler = wf.run()
+    events = await drain(handler)
+    assert await handler == ([], [])
     assert sorted(wf.log) == [("all", []), ("take", [])]
+    (split_done,) = [
+        ev for ev in state_changes(events, "split") if ev.step_state is StepState.NOT_RUNNING
+    ]
+    assert split_done.output_event_name == str(type(None))
 
 
 class NoneFlow(Recording):
@@ -645,6 +654,8 @@ class CutFlow(Recording):
     async def work(self, ev: Item) -> Done:
         if ev.n == 0:
             await self.sub_started.wait()
+            while 1 not in self.started:
+                await anyio.sleep(0.001)
         else:
             await slow_forever(self, ev.n)
         self.finished.append(ev.n)
@@ -717,6 +728,231 @@ async def test_take_cancel_rest_cancels_running_siblings_and_nested_streams() ->
     )
     assert running == not_running
     assert running["inner_join"] == 0
+
+
+class QueuedCutFlow(Recording):
+    """Take(1, cancel_rest=True) with one worker slot: queued members never start."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=k) for k in range(4)]
+
+    @step(num_workers=1)
+    async def work(self, ev: Item) -> Done:
+        self.started.append(ev.n)
+        return Done(n=ev.n)
+
+    @step
+    async def first(
+        self, events: Annotated[list[Done], Collect(Take(1, cancel_rest=True))]
+    ) -> StopEvent:
+        await anyio.sleep(0.02)  # queued members would run meanwhile if not dropped
+        return StopEvent(result=[e.n for e in events])
+
+
+async def test_take_cancel_rest_drops_queued_members() -> None:
+    wf = QueuedCutFlow()
+    assert await wf.run() == [0]
+    assert wf.started == [0]
+
+
+class CutRetryWaiterFlow(Recording):
+    """The cut also drops a delayed retry and a waiter inside the stream.
+
+    Item 1 fails (its retry is due in 1 s), item 2 waits for an ``Answer``; the test lets
+    item 0 win only once both are parked.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ready = anyio.Event()
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=0), Item(n=1), Item(n=2)]
+
+    @step(
+        num_workers=3,
+        retry_policy=retry_policy(wait=wait_fixed(1), stop=stop_after_attempt(5)),
+    )
+    async def work(self, ctx: Context, ev: Item) -> Done:
+        self.log.append(("work", ev.n, ctx.retry_info().retry_number))
+        if ev.n == 1:
+            raise ValueError("retried later")
+        if ev.n == 2:
+            answer = await ctx.wait_for_event(Answer)
+            return Done(n=answer.n)
+        await self.ready.wait()
+        return Done(n=ev.n)
+
+    @catch_error
+    async def recover(self, ev: StepFailedEvent) -> None:
+        self.log.append(("recover", ev.step_name))
+
+    @step
+    async def first(
+        self, events: Annotated[list[Done], Collect(Take(1, cancel_rest=True))]
+    ) -> Pair:
+        return Pair(left=events[0].n, right=0)
+
+    @step
+    async def finish(self, ctx: Context, ev: Pair) -> StopEvent:
+        ctx.send_event(Answer(n=5))  # the dropped waiter must not wake item 2 again
+        await self.gate.wait()
+        return StopEvent(result=ev.left)
+
+
+async def test_take_cancel_rest_drops_delayed_retries_and_waiters_of_the_stream() -> None:
+    wf = CutRetryWaiterFlow()
+    handler = wf.run()
+    events: list[Event] = []
+    parked = 0
+    snapshot: dict[str, Any] = {}
+    async for ev in handler.stream_events(expose_internal=True):
+        events.append(ev)
+        if not isinstance(ev, StepStateChanged):
+            continue
+        if ev.name == "work" and ev.step_state is StepState.NOT_RUNNING:
+            parked += 1  # item 1's failure, item 2's suspension
+            if parked == 2:
+                wf.ready.set()
+        if ev.name == "finish" and ev.step_state is StepState.RUNNING:
+            snapshot = handler.ctx.to_dict()
+            wf.gate.set()
+    assert await handler == 0
+    assert snapshot["workers"]["work"]["queue"] == [], "the delayed retry was dropped"
+    assert snapshot["workers"]["work"]["collected_waiters"] == [], "the waiter was dropped"
+    assert snapshot["streams"] == {}
+    assert sorted(wf.log) == [("work", 0, 0), ("work", 1, 0), ("work", 2, 0)]
+    unhandled = [ev for ev in events if isinstance(ev, UnhandledEvent)]
+    assert [ev.event_type for ev in unhandled] == ["Answer"]
+
+
+class Watch(Event):
+    pass
+
+
+class WaiterReplacesDelivery(Recording):
+    """A member's ``Done`` resolves a waiter in ``tap`` instead of being delivered to it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.waiting = anyio.Event()
+
+    @step
+    async def split(self, ctx: Context, ev: StartEvent) -> list[Item] | Watch:
+        ctx.send_event(Watch())
+        return [Item(n=0), Item(n=1)]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        await self.waiting.wait()
+        if ev.n == 1:
+            await anyio.sleep(0.01)
+        return Done(n=ev.n)
+
+    @step
+    async def tap(self, ctx: Context, ev: Watch | Done) -> None:
+        if isinstance(ev, Done):
+            self.log.append(("tap", ev.n))
+            return None
+        resolved = await ctx.wait_for_event(Done)
+        self.log.append(("woken", resolved.n))
+        return None
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        return StopEvent(result=sorted(e.n for e in events))
+
+
+async def test_a_member_that_resolves_a_waiter_still_lets_the_stream_close() -> None:
+    wf = WaiterReplacesDelivery()
+    handler = wf.run()
+    async for ev in handler.stream_events(expose_internal=True):
+        if (
+            isinstance(ev, StepStateChanged)
+            and ev.name == "tap"
+            and ev.step_state is StepState.NOT_RUNNING
+        ):
+            wf.waiting.set()  # the waiter is registered
+    assert await handler == [0, 1]
+    assert sorted(wf.log) == [("tap", 1), ("woken", 0)]
+
+
+class NearestFlow(Recording):
+    """One join bound to an outer and an inner producer: members join the nearest stream."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item | Deep]:
+        return [Item(n=1), Item(n=2), Deep(n=0)]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        return Done(n=ev.n)
+
+    @step
+    async def deep_split(self, ev: Deep) -> list[Sub]:
+        return [Sub(n=100), Sub(n=101)]
+
+    @step
+    async def sub_work(self, ev: Sub) -> Done:
+        return Done(n=ev.n)
+
+    @step
+    async def join(self, events: list[Done]) -> Done | StopEvent:
+        ns = sorted(e.n for e in events)
+        self.log.append(ns)
+        if ns and ns[0] >= 100:
+            return Done(n=sum(ns))  # continues in the outer stream
+        return StopEvent(result=ns)
+
+
+async def test_members_are_buffered_for_the_nearest_bound_stream() -> None:
+    wf = NearestFlow()
+    assert await wf.run() == [1, 2, 201]
+    assert wf.log == [[100, 101], [1, 2, 201]]
+
+
+class StopInListFlow(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[Item | StopEvent]:
+        return [Item(n=0), StopEvent(result="first"), StopEvent(result="second")]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        self.log.append(ev.n)
+        return Done(n=ev.n)
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        return StopEvent(result="joined")
+
+
+async def test_a_stop_event_in_a_fan_out_list_wins_and_discards_the_rest() -> None:
+    wf = StopInListFlow()
+    handler = wf.run()
+    events = await drain(handler)
+    assert await handler == "first"
+    assert wf.log == []
+    assert len(stop_events(events)) == 1
+
+
+class SyncFlow(Recording):
+    @step
+    def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=k) for k in range(3)]
+
+    @step
+    def work(self, ev: Item) -> Done | None:
+        return Done(n=ev.n) if ev.n else None
+
+    @step
+    def join(self, events: list[Done]) -> StopEvent:
+        return StopEvent(result=sorted(e.n for e in events))
+
+
+async def test_sync_steps_fan_out_and_join_too() -> None:
+    assert await SyncFlow().run() == [1, 2]
 
 
 # =========================================================================== multi-slot
@@ -909,6 +1145,12 @@ async def test_a_failing_member_without_retry_or_handler_fails_the_run_at_once()
     assert last.step_name == "work" and last.exception is wf.error
     assert last.attempts == 1
     assert len(stop_events(events)) == 1
+    # The failure's NOT_RUNNING (output None) is published; the siblings cancelled by the
+    # end of the run publish none.
+    work = state_changes(events, "work")
+    assert [ev.step_state for ev in work].count(StepState.RUNNING) == 4
+    done = [ev for ev in work if ev.step_state is StepState.NOT_RUNNING]
+    assert len(done) == 1 and done[0].output_event_name is None
 
 
 # =========================================================================== sends

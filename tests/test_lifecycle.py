@@ -993,3 +993,168 @@ async def test_exactly_one_terminal_outcome(scenario: str) -> None:
     await anyio.sleep(0.05)
     # Nothing more is published after the terminal event.
     assert handler.is_done()
+
+
+# --------------------------------------------------------------------------- more lifecycle rules
+
+
+class RetryDuringTimeoutFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.attempts = 0
+
+    @step(retry_policy=FAST_RETRY)
+    async def slow(self, ev: StartEvent) -> StopEvent:
+        self.attempts += 1
+        await anyio.sleep(5)
+        return StopEvent()
+
+
+class StepVsWorkflowTimeoutFlow(Workflow):
+    @step(timeout=1.0)
+    async def slow(self, ev: StartEvent) -> StopEvent:
+        await anyio.sleep(5)
+        return StopEvent()
+
+
+async def test_workflow_timeout_is_never_retried() -> None:
+    wf = RetryDuringTimeoutFlow(timeout=0.15)
+    handler = wf.run()
+    with pytest.raises(WorkflowTimeoutError):
+        await handler
+    assert wf.attempts == 1
+    assert isinstance(handler.get_stop_event(), WorkflowTimedOutEvent)
+
+
+async def test_workflow_timeout_wins_over_step_timeout() -> None:
+    handler = StepVsWorkflowTimeoutFlow(timeout=0.15).run()
+    with pytest.raises(WorkflowTimeoutError) as info:
+        await handler
+    assert not isinstance(info.value, StepTimeoutError)
+    ev = handler.get_stop_event()
+    assert isinstance(ev, WorkflowTimedOutEvent)
+    assert ev.active_steps == ["slow"]
+
+
+@pytest.mark.parametrize("outcome", ["success", "failure", "timeout", "cancel"])
+async def test_snapshot_is_running_after_each_outcome(outcome: str) -> None:
+    if outcome == "success":
+        handler = TwoStepFlow(timeout=5).run()
+    elif outcome == "failure":
+        handler = FailFlow(timeout=5).run()
+    elif outcome == "timeout":
+        handler = SleepyFlow(timeout=0.1).run(two=True)
+    else:
+        handler = SleepyFlow(timeout=5).run(two=True)
+        await anyio.sleep(0.05)
+        await handler.cancel_run()
+    try:
+        await handler
+    except Exception:  # noqa: S110 - every outcome is inspected below
+        pass
+    snap = handler.ctx.to_dict()
+    if outcome == "cancel":
+        # A graceful cancel keeps the run resumable; interrupted work stays recorded.
+        assert snap["is_running"] is True
+        in_progress = {
+            name for name, worker in snap["workers"].items() if worker["in_progress"]
+        }
+        assert in_progress == {"beta", "start"}
+    else:
+        assert snap["is_running"] is False
+        for worker in snap["workers"].values():
+            assert worker["queue"] == []
+            assert worker["in_progress"] == []
+            assert worker["collected_waiters"] == []
+        assert snap["deliveries"] == []
+        assert snap["streams"] == {}
+
+
+class SyncConcurrencyFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lock = threading.Lock()
+        self.active = 0
+        self.peak = 0
+
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Task | None:
+        for i in range(6):
+            ctx.send_event(Task(n=i))
+        return None
+
+    @step(num_workers=2)
+    def work(self, ev: Task) -> Done:
+        with self.lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+        time.sleep(0.03)
+        with self.lock:
+            self.active -= 1
+        return Done(n=ev.n)
+
+    @step(num_workers=1)
+    async def join(self, ctx: Context, ev: Done) -> StopEvent | None:
+        got = ctx.collect_events(ev, [Done] * 6)
+        return None if got is None else StopEvent(result=sorted(d.n for d in got))
+
+
+async def test_sync_steps_respect_num_workers() -> None:
+    wf = SyncConcurrencyFlow(timeout=5)
+    handler = wf.run()
+    events = await drain(handler)
+    assert await handler == [0, 1, 2, 3, 4, 5]
+    assert wf.peak == 2
+    assert sum(1 for s in states(events, "work") if s[1] == "preparing") == 4
+
+
+class DelayedRetryFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.calls = 0
+
+    @step(retry_policy=retry_policy(wait=wait_fixed(0.1), stop=stop_after_attempt(2)))
+    async def flaky(self, ctx: Context, ev: StartEvent) -> StopEvent | Ping:
+        self.calls += 1
+        ctx.send_event(Ping(msg=f"attempt {self.calls}"))
+        if self.calls == 1:
+            raise BoomError("first")
+        return StopEvent(result=self.calls)
+
+    @step
+    async def on_ping(self, ctx: Context, ev: Ping) -> None:
+        pings = await ctx.store.get("pings", default=[])
+        await ctx.store.set("pings", [*pings, ev.msg])
+
+
+async def test_delayed_retry_keeps_run_busy_and_failed_sends_stay_delivered() -> None:
+    wf = DelayedRetryFlow(timeout=5)
+    t0 = time.monotonic()
+    handler = wf.run()
+    events = await drain(handler)
+    assert await handler == 2
+    assert time.monotonic() - t0 >= 0.09
+    # While a retry is pending the run is not quiescent.
+    assert not any(isinstance(e, WorkflowIdleEvent) for e in events)
+    assert "attempt 1" in await handler.ctx.store.get("pings", default=[])
+
+
+class RaisingPolicy:
+    def next(self, elapsed_time: float, attempts: int, error: Exception) -> float | None:
+        raise ValueError("policy exploded")
+
+
+class PolicyRaisesFlow(Workflow):
+    @step(retry_policy=RaisingPolicy())
+    async def flaky(self, ev: StartEvent) -> StopEvent:
+        raise BoomError("step error")
+
+
+async def test_retry_policy_that_raises_fails_with_policy_exception() -> None:
+    handler = PolicyRaisesFlow(timeout=5).run()
+    with pytest.raises(ValueError, match="policy exploded") as info:
+        await handler
+    assert isinstance(info.value.__cause__, BoomError)
+    ev = handler.get_stop_event()
+    assert isinstance(ev, WorkflowFailedEvent)
+    assert ev.step_name == "flaky"

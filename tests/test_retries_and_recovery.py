@@ -6,6 +6,7 @@ Every async test runs under asyncio and trio (see ``conftest.py``).
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -422,6 +423,62 @@ async def test_a_step_timeout_that_exhausts_retries_fails_the_run() -> None:
     assert isinstance(events[-1], WorkflowFailedEvent) and events[-1].attempts == 3
 
 
+class RetriedJoins(Recording):
+    """A ``list[E]`` join and a multi-slot join each fail once and are retried."""
+
+    @step
+    async def split(self, ctx: Context, ev: StartEvent) -> list[Item] | Left | Right:
+        ctx.send_event(Right(n=1))
+        ctx.send_event(Left(n=2))
+        return [Item(n=k) for k in range(3)]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        return Done(n=ev.n)
+
+    @step(retry_policy=retry_policy(wait=wait_fixed(0), stop=stop_after_attempt(2)))
+    async def join(self, ctx: Context, events: list[Done]) -> Note:
+        retry = ctx.retry_info().retry_number
+        self.log.append(("join", retry, sorted(e.n for e in events)))
+        if retry == 0:
+            raise ValueError("join once")
+        return Note(text=str(sorted(e.n for e in events)))
+
+    @step(retry_policy=retry_policy(wait=wait_fixed(0), stop=stop_after_attempt(2)))
+    async def pair(self, ctx: Context, left: Left, right: Right) -> Task:
+        retry = ctx.retry_info().retry_number
+        self.log.append(("pair", retry, (left.n, right.n)))
+        if retry == 0:
+            raise ValueError("pair once")
+        return Task(n=left.n * 10 + right.n)
+
+    @step
+    async def final(self, note: Note, task: Task) -> StopEvent:
+        return StopEvent(result=(note.text, task.n))
+
+
+async def test_retried_joins_keep_their_batch_and_bound_events() -> None:
+    wf = RetriedJoins()
+    handler = wf.run()
+    events = await drain(handler)
+    assert await handler == ("[0, 1, 2]", 21)
+    assert sorted(wf.log) == [
+        ("join", 0, [0, 1, 2]),
+        ("join", 1, [0, 1, 2]),
+        ("pair", 0, (2, 1)),
+        ("pair", 1, (2, 1)),
+    ]
+    assert running_count(events, "join") == 2 and running_count(events, "pair") == 2
+    join_runs = [
+        ev.input_event_name
+        for ev in events
+        if isinstance(ev, StepStateChanged)
+        and ev.name == "join"
+        and ev.step_state is StepState.RUNNING
+    ]
+    assert join_runs == ["CollectionReleaseEvent", "CollectionReleaseEvent"]
+
+
 # =========================================================================== §22.3 ownership
 
 
@@ -659,7 +716,8 @@ async def test_a_failing_list_join_hands_the_real_batch_to_the_handler() -> None
     assert isinstance(release, CollectionReleaseEvent)
     assert sorted(e.n for e in release.events) == [0, 1, 2]
     assert all(type(e) is Done for e in release.events)
-    assert release.stream_id.startswith("stream-") and release.binding_id
+    assert re.fullmatch(r"stream-[0-9a-f]{16}", release.stream_id)
+    assert release.binding_id
 
 
 class JoinFailure(Recording):

@@ -5,6 +5,7 @@ Every async test runs under asyncio and trio (see ``conftest.py``).
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import re
 import string
@@ -555,3 +556,108 @@ async def test_distinct_runs_of_one_instance_run_concurrently() -> None:
     assert results == [0, 1, 2]
     assert anyio.current_time() - start < 0.5
     assert len({h.run_id for h in handlers}) == 3
+
+
+# --------------------------------------------------------------------------- run(): resume and caching
+
+
+class ResumableFlow(Workflow):
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.starts: list[dict[str, object]] = []
+
+    @step
+    async def only(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        self.starts.append(dict(ev.items()))
+        if await ctx.store.get("go", default=False):
+            return StopEvent(result=dict(ev.items()))
+        await anyio.sleep(5)
+        return StopEvent(result="never")
+
+
+async def test_resumable_context_ignores_start_event_with_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    wf = ResumableFlow(timeout=5)
+    handler = wf.run(tag="first")
+    with anyio.fail_after(2):
+        while not wf.starts:
+            await anyio.sleep(0.005)
+    await handler.cancel_run()
+    ctx = handler.ctx
+    await ctx.store.set("go", True)
+    with caplog.at_level(logging.WARNING, logger="tickwork"):
+        resumed = wf.run(ctx=ctx, start_event=StartEvent(tag="second"))
+    # The interrupted invocation re-runs with its original trigger; no new start event.
+    assert await resumed == {"tag": "first"}
+    assert wf.starts == [{"tag": "first"}, {"tag": "first"}]
+    assert any(
+        r.name.startswith("tickwork") and r.levelno == logging.WARNING for r in caplog.records
+    )
+
+
+async def test_resumable_context_ignores_kwargs_with_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    wf = ResumableFlow(timeout=5)
+    handler = wf.run(tag="first")
+    with anyio.fail_after(2):
+        while not wf.starts:
+            await anyio.sleep(0.005)
+    await handler.cancel_run()
+    await handler.ctx.store.set("go", True)
+    with caplog.at_level(logging.WARNING, logger="tickwork"):
+        resumed = wf.run(ctx=handler.ctx, tag="second")
+    assert await resumed == {"tag": "first"}
+    assert any(
+        r.name.startswith("tickwork") and r.levelno == logging.WARNING for r in caplog.records
+    )
+
+
+async def test_validation_rerun_after_step_registry_changes() -> None:
+    from tickwork.decorators import make_step_function
+
+    class Local(Workflow):
+        @step
+        async def begin(self, ev: StartEvent) -> StopEvent:
+            return StopEvent(result="ok")
+
+    wf = Local(timeout=5)
+    assert await wf.run() == "ok"
+
+    async def orphan_consumer(ev: Orphan) -> StopEvent:
+        return StopEvent()
+
+    make_step_function(orphan_consumer)
+    Local.add_step(orphan_consumer)
+    # The cached validation result is invalidated: the new step consumes an unproduced event.
+    with pytest.raises(WorkflowValidationError, match="Orphan"):
+        Local(timeout=5).run()
+
+
+_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+
+
+class ContextVarFlow(Workflow):
+    @step
+    async def first(self, ctx: Context, ev: StartEvent) -> Middle:
+        seen = _request_id.get()
+        _request_id.set("changed-in-step")
+        return Middle(value=1 if seen == "outer" else 0)
+
+    @step
+    async def second(self, ev: Middle) -> StopEvent:
+        return StopEvent(result=(ev.value, _request_id.get()))
+
+
+async def test_run_captures_caller_contextvars() -> None:
+    token = _request_id.set("outer")
+    try:
+        handler = ContextVarFlow(timeout=5).run()
+    finally:
+        _request_id.reset(token)
+    seen_in_first, seen_in_second = await handler
+    assert seen_in_first == 1
+    # A change made in one invocation does not leak into another.
+    assert seen_in_second == "outer"
+    assert _request_id.get() == "unset"

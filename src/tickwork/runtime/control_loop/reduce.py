@@ -529,12 +529,14 @@ def _arrive_at_join(
     spec = tx.spec(step)
     current = tx.step(step)
     buffer = (*current.join_buffer, event)
-    assignment = _assign_slots(spec, buffer)
-    if assignment is None:
+    found = _assign_slots(spec, buffer)
+    if found is None:
         tx.put_step(step, replace(current, join_buffer=buffer))
         return 0
-    used = {id(ev) for ev in assignment.values()}
-    rest = tuple(ev for ev in buffer if id(ev) not in used)
+    positions = dict(found)
+    assignment = {name: buffer[pos] for name, pos in positions.items()}
+    used = set(positions.values())
+    rest = tuple(ev for pos, ev in enumerate(buffer) if pos not in used)
     tx.put_step(step, replace(current, join_buffer=rest))
     item = WorkItem(
         work_item_id=tx.mint_work_item(),
@@ -548,15 +550,18 @@ def _arrive_at_join(
     return 1
 
 
-def _assign_slots(spec: StepSpec, buffer: tuple[Any, ...]) -> dict[str, Any] | None:
-    """Assign slots in declaration order to the earliest matching events (backtracking)."""
+def _assign_slots(spec: StepSpec, buffer: tuple[Any, ...]) -> dict[str, int] | None:
+    """Assign slots in declaration order to the earliest matching arrivals (backtracking).
+
+    Returns each slot's position in ``buffer`` (positions, not objects: the same event
+    object may arrive twice and is then two arrivals)."""
 
     def matches(slot_type: type, event: Any) -> bool:
         if spec.subclass_mode:
             return isinstance(event, slot_type)
         return type(event) is slot_type
 
-    def search(index: int, used: frozenset[int]) -> dict[str, Any] | None:
+    def search(index: int, used: frozenset[int]) -> dict[str, int] | None:
         if index == len(spec.slots):
             return {}
         name, slot_type = spec.slots[index]
@@ -565,7 +570,7 @@ def _assign_slots(spec: StepSpec, buffer: tuple[Any, ...]) -> dict[str, Any] | N
                 continue
             rest = search(index + 1, used | {position})
             if rest is not None:
-                return {name: event, **rest}
+                return {name: position, **rest}
         return None
 
     return search(0, frozenset())
@@ -735,6 +740,10 @@ def _process_step_result(tx: _Tx, tick: StepResult) -> None:
         tx.put_step(tick.step, replace(tx.step(tick.step), collect_buffers=committed))
     if isinstance(outcome, Suspended):
         _finish_invocation(tx, invocation, publish=True, output=None)
+        if outcome.deleted_waiters:
+            _delete_waiters(
+                tx, invocation.step, invocation.item.work_item_id, outcome.deleted_waiters
+            )
         _register_waiter(tx, invocation, outcome)
     elif isinstance(outcome, Failed):
         _apply_failure(tx, invocation, outcome)
@@ -833,6 +842,7 @@ def _emit_events(
     for event in events:
         if isinstance(event, InputRequiredEvent):
             tx.emit(PublishEvent(event))
+    for event in events:
         opened += _deliver_event(tx, event, None, recovery_counts, scope_path)
         if not tx.live:
             break
