@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-import pytest
-
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, catch_error, step
 from tickwork.errors import WorkflowCancelledByUser, WorkflowTimeoutError
 from tickwork.events import (
@@ -577,7 +575,9 @@ def test_not_running_is_published_before_the_downstream_running() -> None:
     ]
     (middle,) = started(out)
     assert middle.item.event == A(n=1) and middle.dispatched_at == 1001.0
-    assert kit.state.running == 1 and begin.invocation_id not in kit.state.steps["begin"].in_progress
+    assert (
+        kit.state.running == 1 and begin.invocation_id not in kit.state.steps["begin"].in_progress
+    )
 
 
 def test_a_returned_input_required_event_is_published_after_not_running() -> None:
@@ -599,21 +599,17 @@ def test_a_returned_input_required_event_is_published_after_not_running() -> Non
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="api.md §25.1/§25.2: InputRequiredEvents returned in a fan-out list are "
-    "published right after the step's NOT_RUNNING, before downstream RUNNING; "
-    "_emit_events publishes each one only when its turn comes in the list",
-)
 def test_input_required_fan_out_elements_are_published_before_downstream_running() -> None:
     kit = ReducerKit(ListFlow())
     kit.start()
     (fan,) = kit.running("fan")
     out = kit.complete(fan, [A(n=1), Ask(n=2)])
-    assert summary(out)[:3] == [
+    # api.md §25.1/§25.2: right after NOT_RUNNING, before any downstream RUNNING
+    assert summary(out) == [
         ("not_running", "fan", "0"),
         ("publish", Ask(n=2)),
         ("running", "middle", "0"),
+        ("run", "middle", "wi-1", 0),
     ]
 
 
@@ -917,13 +913,8 @@ def test_a_waiter_timeout_after_resolution_does_nothing() -> None:
     assert kit.state.steps == before.steps
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="api.md §23.1: a timed-out waiter is deleted by the replayed call; "
-    "_process_step_result ignores Suspended.deleted_waiters, so the deleted waiter stays "
-    "(and a later wait with the same id keeps the spent budget and no timer)",
-)
 def test_a_suspension_forgets_the_waiters_its_body_deleted() -> None:
+    """api.md §23.1: the replayed call deletes a timed-out waiter."""
     kit = ReducerKit(HitlFlow())
     kit.start()
     (ask,) = kit.running("ask")
@@ -935,8 +926,33 @@ def test_a_suspension_forgets_the_waiters_its_body_deleted() -> None:
     request = WaiterRequest("w2", Reply, None, None, None)
     outcome = Suspended(request, deleted_waiters=("w1",))
     kit.feed(StepResult(kit.now, "ask", rerun.invocation_id, outcome))
-    assert "w1" not in kit.state.steps["ask"].waiters
-    assert "w2" in kit.state.steps["ask"].waiters
+    ask_state = kit.state.steps["ask"]
+    assert set(ask_state.waiters) == {"w2"}
+    assert ask_state.waiters_by_item == PMap.of([(ask.item.work_item_id, frozenset({"w2"}))])
+    assert kit.state.waiter_index == {Reply: frozenset({("ask", "w2")})}
+
+
+def test_waiting_again_on_a_deleted_waiter_id_is_a_first_registration() -> None:
+    kit = ReducerKit(HitlFlow())
+    kit.start()
+    (ask,) = kit.running("ask")
+    kit.suspend(ask, Reply, "w", waiter_event=Ask(n=1), timeout=5)
+    kit.advance(5)
+    kit.waiter_timeout("ask", "w")
+    (rerun,) = kit.running("ask")
+    kit.advance(1)
+    # the body caught the TimeoutError, sent a reminder and waits on the same id again
+    request = WaiterRequest("w", Reply, None, Ask(n=2), 5)
+    outcome = Suspended(request, deleted_waiters=("w",))
+    out = kit.feed(StepResult(kit.now, "ask", rerun.invocation_id, outcome))
+    assert summary(out) == [
+        ("not_running", "ask", "0"),
+        ("publish", Ask(n=2)),
+        ("waiter_timeout", 1011.0, "ask", "w"),
+    ]  # (no idle check: the one scheduled at the first suspension is still pending)
+    w = kit.state.steps["ask"].waiters["w"]
+    assert (w.registered_alive, w.timed_out, w.resolved_event) == (6.0, False, None)
+    assert kit.state.waiter_index == {Reply: frozenset({("ask", "w")})}
 
 
 # ------------------------------------------------------------------ multi-slot joins
@@ -980,13 +996,9 @@ def test_join_slot_assignment_backtracks_to_find_a_complete_batch() -> None:
     assert kit.state.steps["loose_pair"].join_buffer == ()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_arrive_at_join removes the bound events from the buffer by id(); the same "
-    "event object arriving twice loses its second arrival (and a journal replay, whose "
-    "events are distinct objects, would keep it: replay diverges from the live run)",
-)
 def test_the_same_event_object_arriving_twice_counts_as_two_arrivals() -> None:
+    """Pairing is by arrival, not object identity (a journal replay decodes distinct
+    objects, so identity-based bookkeeping would make replay diverge)."""
     kit = quiet(JoinFlow())
     a = A(n=1)
     kit.send(a)

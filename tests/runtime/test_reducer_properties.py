@@ -63,13 +63,15 @@ from tickwork.runtime.types.ticks import (
     AddEvent,
     CancelRun,
     IdleCheck,
-    PublishEvent as PublishTick,
     SessionStart,
     StepResult,
     Tick,
     Timeout,
     WaiterTimeout,
     Wakeup,
+)
+from tickwork.runtime.types.ticks import (
+    PublishEvent as PublishTick,
 )
 from tickwork.testing import ReducerKit
 
@@ -293,7 +295,9 @@ class FlowModel:
 
 
 FLOWS = [
-    FlowModel("chain", ChainFlow, chain_behaviour, (lambda: fresh(A), lambda: fresh(Orphan)), (A, B)),
+    FlowModel(
+        "chain", ChainFlow, chain_behaviour, (lambda: fresh(A), lambda: fresh(Orphan)), (A, B)
+    ),
     FlowModel(
         "send_collect",
         SendCollectFlow,
@@ -316,9 +320,7 @@ FLOWS = [
         (Orphan,),
     ),
     FlowModel("retry", RetryFlow, retry_behaviour, (lambda: fresh(A), lambda: fresh(Orphan)), (A,)),
-    FlowModel(
-        "list_fan", ListFanFlow, list_fan_behaviour, (lambda: fresh(Task),), (Orphan,)
-    ),
+    FlowModel("list_fan", ListFanFlow, list_fan_behaviour, (lambda: fresh(Task),), (Orphan,)),
 ]
 flows = pytest.mark.parametrize("flow", FLOWS, ids=[f.name for f in FLOWS])
 
@@ -400,9 +402,7 @@ class Simulator:
                 self.timers.append((None, (command.due_at, Timeout)))
             elif isinstance(command, ScheduleWaiterTimeout):
                 s, w = command.step, command.waiter_id
-                self.timers.append(
-                    (command.due_at, lambda now, s=s, w=w: WaiterTimeout(now, s, w))
-                )
+                self.timers.append((command.due_at, lambda now, s=s, w=w: WaiterTimeout(now, s, w)))
             elif isinstance(command, ScheduleIdleCheck):
                 self.idle_requested = True
             elif isinstance(command, TERMINAL):
@@ -425,7 +425,9 @@ class Simulator:
             self.posted.append(tick)
         before, after, commands = self.feed(tick)
         self.run.keyed.append(
-            KeyedPost((inv.invocation_id, index), first and live, _routed(tick, before, after, commands))
+            KeyedPost(
+                (inv.invocation_id, index), first and live, _routed(tick, before, after, commands)
+            )
         )
 
     # -- actions -------------------------------------------------------------------
