@@ -15,7 +15,16 @@ from typing import Annotated, Any
 import anyio
 import pytest
 
-from tickwork import Context, Event, StartEvent, StopEvent, Workflow, catch_error, step
+from tickwork import (
+    Context,
+    Event,
+    InputRequiredEvent,
+    StartEvent,
+    StopEvent,
+    Workflow,
+    catch_error,
+    step,
+)
 from tickwork.collect import All, Collect, Take
 from tickwork.decorators import make_step_function
 from tickwork.errors import WorkflowRuntimeError, WorkflowTimeoutError, WorkflowValidationError
@@ -307,9 +316,17 @@ class SerialFlow(Recording):
 
 async def test_elements_are_emitted_in_list_order() -> None:
     wf = SerialFlow()
+    handler = wf.run()
+    events = await drain(handler)
     # One worker: the queue (hence the completion order) is the emission order.
-    assert await wf.run() == [3, 1, 4, 0, 2]
+    assert await handler == [3, 1, 4, 0, 2]
     assert wf.log == [3, 1, 4, 0, 2]
+    preparing = [
+        (ev.worker_id, ev.input_event_name)
+        for ev in state_changes(events, "work")
+        if ev.step_state is StepState.PREPARING
+    ]
+    assert preparing == [("<enqueued>", "Item")] * 4
 
 
 async def test_the_join_sees_arrival_order_not_list_order() -> None:
@@ -650,7 +667,7 @@ class CutFlow(Recording):
     async def split(self, ev: StartEvent) -> list[Item | Deep]:
         return [Item(n=0), Item(n=1), Deep(n=2)]
 
-    @step(num_workers=4)
+    @step(num_workers=4, retry_policy=retry_policy(wait=wait_fixed(0), stop=stop_after_attempt(3)))
     async def work(self, ev: Item) -> Done:
         if ev.n == 0:
             await self.sub_started.wait()
@@ -677,6 +694,10 @@ class CutFlow(Recording):
         self.inner_fired.append([e.n for e in events])
         return Done(n=99)
 
+    @catch_error
+    async def recover(self, ev: StepFailedEvent) -> None:
+        self.log.append(("recover", ev.step_name))
+
     @step
     async def winner(
         self, events: Annotated[list[Done], Collect(Take(1, cancel_rest=True))]
@@ -701,6 +722,7 @@ async def test_take_cancel_rest_cancels_running_siblings_and_nested_streams() ->
     # The cut closes the stream at once: the All join fires with what had arrived.
     assert await handler == ([0], [0])
     await anyio.sleep(0.02)  # let cancelled tasks finish unwinding
+    # Cancelled work is no failure: no retry (each started once), no @catch_error.
     assert sorted(wf.started) == [1, 20]
     assert sorted(wf.cancelled) == [1, 20]
     assert wf.finished == [0], "the slow sibling and the nested member never finished"
@@ -953,6 +975,173 @@ class SyncFlow(Recording):
 
 async def test_sync_steps_fan_out_and_join_too() -> None:
     assert await SyncFlow().run() == [1, 2]
+
+
+class Ask(InputRequiredEvent):
+    n: int
+
+
+class AskFlow(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[Item | Ask]:
+        return [Ask(n=0), Item(n=1), Ask(n=2)]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        return Done(n=ev.n)
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        return StopEvent(result=[e.n for e in events])
+
+
+async def test_input_required_elements_are_published_right_after_the_producer() -> None:
+    handler = AskFlow().run()
+    events = await drain(handler)
+    assert await handler == [1]
+    names = [
+        f"{ev.name}:{ev.step_state.value}" if isinstance(ev, StepStateChanged) else ev
+        for ev in events
+    ]
+    assert names[:5] == [
+        "split:running",
+        "split:not_running",
+        Ask(n=0),
+        Ask(n=2),
+        "work:running",
+    ]
+    assert not any(isinstance(ev, UnhandledEvent) for ev in events)
+
+
+class NoJoinFlow(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=k) for k in range(3)]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        return Done(n=ev.n)
+
+    @step
+    async def tally(self, ev: Done) -> StopEvent | None:
+        self.log.append(ev.n)
+        return StopEvent(result=sorted(self.log)) if len(self.log) == 3 else None
+
+
+async def test_a_fan_out_without_any_join_just_dispatches_its_elements() -> None:
+    assert await NoJoinFlow().run() == [0, 1, 2]
+
+
+class DoneChild(Done):
+    pass
+
+
+class SubclassJoin(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=k) for k in range(3)]
+
+    @step
+    async def work(self, ev: Item) -> DoneChild:
+        return DoneChild(n=ev.n)
+
+    @step(accept_event_subclasses=True)
+    async def join(self, events: list[Done]) -> StopEvent:
+        return StopEvent(result=sorted((type(e).__name__, e.n) for e in events))
+
+
+async def test_a_subclass_mode_join_collects_subclass_members() -> None:
+    assert await SubclassJoin().run() == [("DoneChild", 0), ("DoneChild", 1), ("DoneChild", 2)]
+
+
+class ListFromPlainStep(Recording):
+    @step
+    async def begin(self, ev: StartEvent) -> Item:
+        return [Item(n=0)]  # type: ignore[return-value]
+
+    @step
+    async def work(self, ev: Item) -> StopEvent:
+        return StopEvent(result=ev.n)
+
+
+async def test_a_list_from_a_step_not_annotated_as_fan_out_is_a_runtime_error() -> None:
+    handler = ListFromPlainStep().run()
+    events = await drain(handler)
+    with pytest.raises(WorkflowRuntimeError) as info:
+        await handler
+    assert "begin" in str(info.value) and "list" in str(info.value)
+    assert isinstance(events[-1], WorkflowFailedEvent) and events[-1].step_name == "begin"
+
+
+class GatedJoin(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=k) for k in range(2)]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        return Done(n=ev.n)
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        await self.gate.wait()
+        return StopEvent(result=sorted(e.n for e in events))
+
+
+async def test_a_running_release_is_recorded_with_its_collect_work_item_id() -> None:
+    wf = GatedJoin()
+    handler = wf.run()
+    snapshot: dict[str, Any] = {}
+    async for ev in handler.stream_events(expose_internal=True):
+        if isinstance(ev, StepStateChanged) and ev.name == "join":
+            if ev.step_state is StepState.RUNNING:
+                snapshot = handler.ctx.to_dict()
+                wf.gate.set()
+    assert await handler == [0, 1]
+    (running,) = snapshot["workers"]["join"]["in_progress"]
+    payload = running["collection_release_payload"]
+    assert payload is not None
+    assert re.fullmatch(r"stream-[0-9a-f]{16}", payload["stream_id"])
+    assert running["work_item_id"] == (
+        f"work_item_collect_{payload['stream_id']}:{payload['binding_id']}"
+    )
+    assert len(payload["events"]) == 2
+
+
+@pytest.mark.parametrize(
+    "flow",
+    [TakeFlow, TakeFewerFlow, DeadFlow, EmptyFlow, CutFlow],
+    ids=lambda cls: cls.__name__,
+)
+async def test_a_completed_fan_out_run_leaves_no_stream_state(flow: type[Recording]) -> None:
+    wf = flow()
+    handler = wf.run(count=3)
+    await handler
+    snapshot = handler.ctx.to_dict()
+    assert snapshot["is_running"] is False
+    assert snapshot["streams"] == {}
+    assert snapshot["collection_release_states"] == {}
+    assert snapshot["deliveries"] == []
+    for name, worker in snapshot["workers"].items():
+        assert worker["queue"] == [] and worker["in_progress"] == [], name
+        assert worker["static_collect_events"] == [] and worker["collected_waiters"] == [], name
+
+
+async def test_a_completed_run_leaves_the_multi_slot_buffer_empty() -> None:
+    handler = SlotFlow().run(order=[("A", 0), ("B", 10), ("A", 1)])
+    assert await handler == [(0, 10)]
+    snapshot = handler.ctx.to_dict()
+    assert snapshot["workers"]["pair"]["static_collect_events"] == []
+
+
+async def test_a_failed_fan_out_run_leaves_no_stream_state() -> None:
+    handler = FailingMemberFlow().run()
+    with pytest.raises(ValueError):
+        await handler
+    snapshot = handler.ctx.to_dict()
+    assert snapshot["is_running"] is False
+    assert snapshot["streams"] == {} and snapshot["collection_release_states"] == {}
+    assert all(w["in_progress"] == [] for w in snapshot["workers"].values())
 
 
 # =========================================================================== multi-slot

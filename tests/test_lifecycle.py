@@ -5,6 +5,7 @@ Every async test runs under asyncio and trio (see ``conftest.py``).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from datetime import timezone
@@ -941,10 +942,14 @@ async def test_stubborn_invocation_does_not_delay_result() -> None:
     await anyio.sleep(1.0)  # let the stubborn invocation unwind before the loop closes
 
 
-async def test_sync_step_write_after_stop_is_discarded() -> None:
+async def test_sync_step_write_after_stop_is_discarded(caplog: pytest.LogCaptureFixture) -> None:
     handler = SyncLateWriterFlow(timeout=5).run()
-    assert await handler == "done"
-    await anyio.sleep(0.3)  # let the abandoned thread try to write
+    with caplog.at_level(logging.WARNING, logger="tickwork"):
+        assert await handler == "done"
+        await anyio.sleep(0.3)  # let the abandoned thread try to write
+    assert any(
+        r.name.startswith("tickwork") and r.levelno == logging.WARNING for r in caplog.records
+    ), "an abandoned sync step's late write must be ignored with a logged warning"
     events = await drain(handler)
     assert not any(isinstance(e, Note) for e in events)
     assert type(events[-1]) is StopEvent
@@ -1158,3 +1163,122 @@ async def test_retry_policy_that_raises_fails_with_policy_exception() -> None:
     ev = handler.get_stop_event()
     assert isinstance(ev, WorkflowFailedEvent)
     assert ev.step_name == "flaky"
+
+
+class RetryOrderFlow(Workflow):
+    def __init__(self, delay: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.order: list[int] = []
+        self.failed_once = False
+        self.delay = delay
+
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Task | None:
+        for i in range(3):
+            ctx.send_event(Task(n=i))
+        return None
+
+    @step(num_workers=1, retry_policy=retry_policy(wait=wait_fixed(0), stop=stop_after_attempt(2)))
+    async def work(self, ev: Task) -> Done:
+        self.order.append(ev.n)
+        await anyio.sleep(0.01)
+        if ev.n == 0 and not self.failed_once:
+            self.failed_once = True
+            raise BoomError("first attempt of task 0")
+        return Done(n=ev.n)
+
+    @step(num_workers=1)
+    async def join(self, ctx: Context, ev: Done) -> StopEvent | None:
+        got = ctx.collect_events(ev, [Done] * 3)
+        return None if got is None else StopEvent(result=[d.n for d in got])
+
+
+class DelayedRetryOrderFlow(RetryOrderFlow):
+    @step(
+        num_workers=1, retry_policy=retry_policy(wait=wait_fixed(0.15), stop=stop_after_attempt(2))
+    )
+    async def work(self, ev: Task) -> Done:
+        self.order.append(ev.n)
+        await anyio.sleep(0.01)
+        if ev.n == 0 and not self.failed_once:
+            self.failed_once = True
+            raise BoomError("first attempt of task 0")
+        return Done(n=ev.n)
+
+
+async def test_immediate_retry_goes_to_front_of_queue() -> None:
+    wf = RetryOrderFlow(delay=0, timeout=5)
+    assert await wf.run() == [0, 1, 2]
+    assert wf.order == [0, 0, 1, 2]
+
+
+async def test_delayed_retry_does_not_block_items_behind_it() -> None:
+    wf = DelayedRetryOrderFlow(delay=0.15, timeout=5)
+    assert await wf.run() == [1, 2, 0]
+    assert wf.order == [0, 1, 2, 0]
+
+
+class ReturnsUnknownFlow(Workflow):
+    @step
+    async def start(self, ev: StartEvent) -> Middle | None:
+        return Orphan()  # type: ignore[return-value]
+
+    @step
+    async def finish(self, ev: Middle) -> StopEvent:
+        return StopEvent()
+
+
+async def test_returned_event_nobody_accepts_is_unhandled_and_idle() -> None:
+    handler = ReturnsUnknownFlow(timeout=0.3).run()
+    events = await drain(handler)
+    unhandled = [e for e in events if isinstance(e, UnhandledEvent)]
+    assert len(unhandled) == 1
+    assert unhandled[0].event_type == "Orphan"
+    assert unhandled[0].idle is True
+    assert unhandled[0].step_name is None
+    # The returning step's NOT_RUNNING names the returned type and comes first.
+    start = states(events, "start")
+    assert start[-1][4] == cls_str(Orphan)
+    assert events.index(unhandled[0]) > max(
+        i for i, e in enumerate(events) if isinstance(e, StepStateChanged)
+    )
+    assert isinstance(events[-1], WorkflowTimedOutEvent)
+    assert "timeout=0.3" in repr(events[-1])
+    assert "active_steps=[]" in repr(events[-1])
+    with pytest.raises(WorkflowTimeoutError):
+        await handler
+
+
+async def test_cancel_run_respects_its_timeout_with_stubborn_step() -> None:
+    class Stubborn(Workflow):
+        @step
+        async def only(self, ev: StartEvent) -> StopEvent:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.8)
+            return StopEvent()
+
+    handler = Stubborn(timeout=5).run()
+    await anyio.sleep(0.02)
+    t0 = time.monotonic()
+    await handler.cancel_run(timeout=0.1)
+    assert time.monotonic() - t0 < 0.7
+    await anyio.sleep(0.9)  # let the shielded sleep finish before the loop closes
+    assert repr(WorkflowCancelledEvent()) == "WorkflowCancelledEvent()"
+
+
+async def test_awaiting_task_cancel_outcome_per_backend(anyio_backend: str) -> None:
+    wf = SleepyFlow(timeout=5)
+    handler = wf.run(delay=5)
+    await anyio.sleep(0.02)
+    with anyio.move_on_after(0.02):
+        await handler
+    expected = WorkflowCancelledByUser
+    if anyio_backend == "asyncio":
+        import asyncio
+
+        expected = asyncio.CancelledError  # type: ignore[assignment]
+    with anyio.fail_after(2):
+        with pytest.raises(expected):
+            await handler
+    assert wf.cancelled == ["start"]
+    assert handler.get_stop_event() is None

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import pytest
+
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, catch_error, step
 from tickwork.errors import WorkflowCancelledByUser, WorkflowTimeoutError
 from tickwork.events import (
@@ -387,6 +389,62 @@ def test_resume_rearms_the_wakeup_of_a_pending_delayed_retry() -> None:
     kit.advance(5)
     out = kit.wakeup("flaky")
     assert summary(out) == [("running", "flaky", "0"), ("run", "flaky", flaky.item.work_item_id, 0)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="_arm_delayed_retries schedules one wakeup per step, for the earliest future "
+    "not_before only; a later delayed retry of the same step gets no wakeup after a "
+    "resume and is never dispatched (the run is not quiescent, so it hangs to its timeout)",
+)
+def test_resume_rearms_a_wakeup_for_every_pending_delayed_retry() -> None:
+    kit = quiet(RetryFlow())
+    kit.send(A(n=1))
+    kit.send(A(n=2))
+    (first,) = kit.running("flaky")
+    kit.fail(first, RuntimeError("one"), retry_delay=10)  # due 1010; A2 starts
+    (second,) = kit.running("flaky")
+    kit.advance(1)
+    kit.fail(second, RuntimeError("two"), retry_delay=20)  # due 1021
+    kit.advance(1)
+    kit.cancel()
+    kit.advance(3)
+    out = kit.feed(SessionStart(kit.now, "run-2"))  # 1005
+    wakeups = [c for c in summary(out) if c[0] == "wakeup"]
+    assert ("wakeup", 1010.0, "flaky") in wakeups
+    # whichever way it is armed (all at once, or the next one at each wakeup), the
+    # later retry must get its own wakeup by the time the first one is handled
+    kit.advance(5)
+    out = kit.wakeup("flaky")
+    (retry,) = started(out)
+    kit.advance(1)
+    out += kit.complete(retry, None)
+    wakeups += [c for c in summary(out) if c[0] == "wakeup"]
+    assert ("wakeup", 1021.0, "flaky") in wakeups
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="requirements are not journaled, and has_requirements is lost on the way: "
+    "journal_codec encodes it but WaiterRequest has no such field and _register_waiter "
+    "never sets Waiter.has_requirements; a run rebuilt from its journal does not re-run "
+    "the waiting step on resume, and any event of the awaited type resolves the waiter",
+)
+def test_resume_reruns_a_journaled_waiter_whose_requirements_were_not_recorded() -> None:
+    from tickwork.runtime.journal_codec import decode_tick, encode_tick
+
+    kit = ReducerKit(HitlFlow())
+    kit.start()
+    (ask,) = kit.running("ask")
+    request = WaiterRequest("w", Reply, {"n": 1}, None, None)
+    tick = StepResult(kit.now, "ask", ask.invocation_id, Suspended(request))
+    kit.feed(decode_tick(encode_tick(tick)))  # what folding the journal does
+    kit.cancel()
+    out = kit.feed(SessionStart(kit.now, "run-2"))
+    # api.md §23.1: "on resume, the step of every waiter with requirements is re-run"
+    assert summary(out)[:2] == [("running", "ask", "0"), ("run", "ask", ask.item.work_item_id, 0)]
 
 
 def test_resume_dispatches_a_past_due_delayed_retry_at_once() -> None:

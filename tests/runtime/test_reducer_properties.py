@@ -365,6 +365,7 @@ class Simulator:
         self.idle_requested = False
         self.next_send: dict[str, int] = {}
         self.posted: list[AddEvent] = []
+        self.posted_keys: set[tuple[str, int]] = set()
 
     # -- feeding -------------------------------------------------------------------
 
@@ -387,10 +388,16 @@ class Simulator:
             if done is not None:
                 self.gone.append(done)
         if isinstance(tick, SessionStart):
+            # a new session: the old one's workers, timers and idle request are gone
             self.idle_requested = False
+            self.gone.clear()
         for command in commands:
             if isinstance(command, RunWorker):
-                self.running[command.invocation.invocation_id] = command.invocation
+                inv_id = command.invocation.invocation_id
+                self.running[inv_id] = command.invocation
+                # a body runs from the top: a re-run after a resume keeps its identity
+                # and makes its sends again from index 0
+                self.next_send[inv_id] = 0
             elif isinstance(command, CancelWorker):
                 cancelled = self.running.pop(command.invocation_id, None)
                 if cancelled is not None:
@@ -410,7 +417,10 @@ class Simulator:
                 self.timers.clear()
                 self.idle_requested = False
 
-    def post_keyed(self, inv: Invocation, index: int, event: Event, first: bool) -> None:
+    def post_keyed(self, inv: Invocation, index: int, event: Event) -> None:
+        """A send made by a running body (a re-run may repeat one made before a resume)."""
+        key = (inv.invocation_id, index)
+        first = key not in self.posted_keys
         live = self.state.status == "running" and inv.invocation_id in (
             self.state.steps[inv.step].in_progress
         )
@@ -423,6 +433,7 @@ class Simulator:
         )
         if first:
             self.posted.append(tick)
+            self.posted_keys.add(key)
         before, after, commands = self.feed(tick)
         self.run.keyed.append(
             KeyedPost(
@@ -470,7 +481,7 @@ class Simulator:
     def _send_from(self, inv: Invocation, event: Event) -> None:
         index = self.next_send.get(inv.invocation_id, 0)
         self.next_send[inv.invocation_id] = index + 1
-        self.post_keyed(inv, index, event, first=True)
+        self.post_keyed(inv, index, event)
 
     def _send(self) -> None:
         inv = self._pick_running()

@@ -25,6 +25,7 @@ from tickwork.runtime.control_loop.runner import RunExit, control_loop, using_ad
 from tickwork.runtime.durable import DurableWriter
 from tickwork.runtime.event_stream import EventStream
 from tickwork.runtime.step_worker import StepInvoker, execute_invocation
+from tickwork.runtime.tracing import StepSpan, end_run_span, start_run_span, step_span
 from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.state import Invocation, RunConfig, RunState, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
@@ -118,6 +119,7 @@ class RunSession:
         self._limiters: dict[str, anyio.CapacityLimiter] = {}
         self._run_cache: dict[Any, Any] = {}
         self._invokers: dict[str, StepInvoker] = {}
+        self.run_span: Any = None
         self.spawn_context = contextvars.copy_context()
         self._verbose = (
             workflow._verbose_printer() if getattr(workflow, "_verbose", False) else None
@@ -161,12 +163,17 @@ class RunSession:
         finally:
             if self.exit is None:
                 self.hard_aborted = True
+                end_run_span(self.run_span, None, None)
+                self.run_span = None
             self.stream.close()
             self.done.set()
 
     async def _drive(self) -> None:
         if self.writer is not None:
             await self.writer.begin(self.state)
+        self.run_span = start_run_span(
+            self.run_id, self.config.workflow_name, self.start_event, self.start_event is None
+        )
         with using_adapter(self):
             try:
                 await control_loop(self.start_event, self.state, self.run_id)
@@ -221,6 +228,8 @@ class RunSession:
         if self.exit is not None:
             return
         self.exit = run_exit
+        end_run_span(self.run_span, run_exit.kind, run_exit.exception)
+        self.run_span = None
         self.stream.close()
         self.done.set()
 
@@ -283,6 +292,20 @@ class RunSession:
         the value never needs resetting.
         """
         _CURRENT_STEP_CONTEXT.set(weakref.ref(scope))
+
+    def step_span(self, invocation: Invocation) -> StepSpan | None:
+        """The tracing span of one invocation (``None`` when tracing is off)."""
+        if self.run_span is None:
+            return None
+        return step_span(
+            self.run_span,
+            self.run_id,
+            self.config.workflow_name,
+            invocation.step,
+            invocation.worker_id,
+            invocation.item.event,
+            invocation.item.attempts,
+        )
 
     def invoker(self, step: str) -> StepInvoker:
         """The cached call plan of ``step``."""

@@ -186,9 +186,12 @@ async def execute_invocation(
     """Run one invocation to its outcome.  Only cancellation propagates."""
     scope = StepScope(session, invocation, post, threading.get_ident())
     invoker = session.invoker(invocation.step)
+    span = session.step_span(invocation)
     try:
         value = await _run_with_timeout(session, invocation, invoker, scope)
     except Suspend as suspend:
+        if span is not None:
+            span.suspended()
         return Suspended(
             suspend.request,
             sends=scope.sends,
@@ -196,9 +199,17 @@ async def execute_invocation(
             deleted_waiters=tuple(scope.deleted_waiters),
         )
     except Exception as error:
+        if span is not None:
+            span.failed(error)
         return _failure(session, invocation, invoker, error, scope)
+    except BaseException:
+        if span is not None:
+            span.cancelled()
+        raise
     finally:
         scope.returned = True
+    if span is not None:
+        span.succeeded()
     if not (scope.collect_ops or scope.deleted_waiters):
         return Completed(value, scope.sends)
     return Completed(
