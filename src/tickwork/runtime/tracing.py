@@ -12,6 +12,7 @@ configured, OpenTelemetry's no-op tracer makes them nearly free.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from typing import Any
 
@@ -87,10 +88,9 @@ class StepSpan:
     def _detach(self) -> None:
         from opentelemetry import context
 
-        try:
+        # A different context may be current after a cancellation: nothing to undo then.
+        with contextlib.suppress(Exception):
             context.detach(self._token)
-        except Exception:  # a different context is current (cancellation): nothing to undo
-            pass
 
     def succeeded(self) -> None:
         """The body returned."""
