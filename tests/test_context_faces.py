@@ -1010,3 +1010,123 @@ async def test_conflicting_state_types_raise_value_error() -> None:
     assert "MyState" in str(info.value) and "OtherState" in str(info.value)
     with pytest.raises(ValueError):
         wf.run()
+
+
+# --------------------------------------------------------------------------- more waiter rules
+
+
+class MultiWaitFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.body_runs = 0
+
+    @step
+    async def ask(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        self.body_runs += 1
+        if ev.get("shared"):
+            # Same type, same requirements, no waiter_id: both calls share one waiter.
+            first = await ctx.wait_for_event(Reply, waiter_event=Ask(prompt="1"), timeout=5)
+            second = await ctx.wait_for_event(Reply, waiter_event=Ask(prompt="2"), timeout=5)
+        else:
+            first = await ctx.wait_for_event(
+                Reply, waiter_event=Ask(prompt="1"), waiter_id="one", timeout=5
+            )
+            second = await ctx.wait_for_event(
+                Reply, waiter_event=Ask(prompt="2"), waiter_id="two", timeout=5
+            )
+        return StopEvent(result=(first.text, second.text))
+
+
+async def test_implicit_waiter_ids_are_shared_for_same_type() -> None:
+    wf = MultiWaitFlow(timeout=5)
+    handler = wf.run(shared=True)
+    events = await _answer_when_asked(handler, Reply(text="only"))
+    assert await handler == ("only", "only")
+    assert [e.prompt for e in events if isinstance(e, Ask)] == ["1"]
+    assert wf.body_runs == 2
+
+
+async def test_distinct_waiter_ids_wait_separately_and_keep_resolved_events() -> None:
+    wf = MultiWaitFlow(timeout=5)
+    handler = wf.run()
+    events: list[Event] = []
+    async for ev in handler.stream_events(expose_internal=True):
+        events.append(ev)
+        if isinstance(ev, Ask):
+            handler.ctx.send_event(Reply(text=f"answer-{ev.prompt}"))
+    assert await handler == ("answer-1", "answer-2")
+    # Each waiter_event is published once; the body ran once per registration plus once more.
+    assert [e.prompt for e in events if isinstance(e, Ask)] == ["1", "2"]
+    assert wf.body_runs == 3
+    ask_states = [
+        (e.step_state.value, e.output_event_name)
+        for e in events
+        if isinstance(e, StepStateChanged) and e.name == "ask"
+    ]
+    # Suspensions publish NOT_RUNNING with no output; every re-run publishes RUNNING again.
+    assert ask_states == [
+        ("running", None),
+        ("not_running", None),
+        ("running", None),
+        ("not_running", None),
+        ("running", None),
+        ("not_running", str(StopEvent)),
+    ]
+
+
+# --------------------------------------------------------------------------- store across faces
+
+
+class EditStateFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.in_edit = anyio.Event()
+        self.release = anyio.Event()
+
+    @step
+    async def only(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        async with ctx.store.edit_state() as state:
+            state["value"] = "edited"
+            nested = await _acapture(lambda: ctx.store.set("value", "nested"))
+            self.in_edit.set()
+            await self.release.wait()
+        return StopEvent(result=nested)
+
+
+async def test_edit_state_is_isolated_and_serializes_writers_across_faces() -> None:
+    wf = EditStateFlow(timeout=5)
+    ctx = Context(wf)
+    await ctx.store.set("value", "initial")
+    handler = wf.run(ctx=ctx)
+    with anyio.fail_after(2):
+        await wf.in_edit.wait()
+    # Readers see the committed state while the edit is open.
+    assert await handler.ctx.store.get("value") == "initial"
+    order: list[str] = []
+
+    async def handler_write() -> None:
+        await handler.ctx.store.set("value", "from handler")
+        order.append("handler write done")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(handler_write)
+        await anyio.sleep(0.05)
+        # The handler's write waits for the step's writer lock.
+        assert order == []
+        assert await handler.ctx.store.get("value") == "initial"
+        order.append("release")
+        wf.release.set()
+    nested = await handler
+    assert order == ["release", "handler write done"]
+    assert nested.startswith("RuntimeError")
+    assert await handler.ctx.store.get("value") == "from handler"
+
+
+async def test_typed_state_rejects_unrelated_state_type() -> None:
+    handler = TypedStateFlow(timeout=5).run()
+    await handler
+    with pytest.raises(ValueError) as info:
+        await handler.ctx.store.set_state(OtherState())
+    assert "MyState" in str(info.value) and "OtherState" in str(info.value)
+    await handler.ctx.store.set_state(MyChildState(count=3))
+    assert (await handler.ctx.store.get_state()).count == 3

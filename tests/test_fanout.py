@@ -202,9 +202,9 @@ async def test_returning_none_opens_no_stream_and_no_join_fires() -> None:
     assert wf.log == []
     # The run idled (no stream is open, so it is not stuck), then timed out.
     assert any(isinstance(ev, WorkflowIdleEvent) for ev in events)
-    assert not any(
-        isinstance(ev, WorkflowFailedEvent) for ev in events
-    ), "a None return must not look like a stuck stream"
+    assert not any(isinstance(ev, WorkflowFailedEvent) for ev in events), (
+        "a None return must not look like a stuck stream"
+    )
 
 
 class Outer(Event):
@@ -742,9 +742,7 @@ async def test_take_cancel_rest_cancels_running_siblings_and_nested_streams() ->
     # ... before the run ends, and no invocation is reported twice.
     stop_index = next(i for i, ev in enumerate(events) if isinstance(ev, StopEvent))
     assert all(events.index(ev) < stop_index for ev in cut)
-    running = Counter(
-        ev.name for ev in state_changes(events) if ev.step_state is StepState.RUNNING
-    )
+    running = Counter(ev.name for ev in state_changes(events) if ev.step_state is StepState.RUNNING)
     not_running = Counter(
         ev.name for ev in state_changes(events) if ev.step_state is StepState.NOT_RUNNING
     )
@@ -1093,10 +1091,13 @@ async def test_a_running_release_is_recorded_with_its_collect_work_item_id() -> 
     handler = wf.run()
     snapshot: dict[str, Any] = {}
     async for ev in handler.stream_events(expose_internal=True):
-        if isinstance(ev, StepStateChanged) and ev.name == "join":
-            if ev.step_state is StepState.RUNNING:
-                snapshot = handler.ctx.to_dict()
-                wf.gate.set()
+        if (
+            isinstance(ev, StepStateChanged)
+            and ev.name == "join"
+            and ev.step_state is StepState.RUNNING
+        ):
+            snapshot = handler.ctx.to_dict()
+            wf.gate.set()
     assert await handler == [0, 1]
     (running,) = snapshot["workers"]["join"]["in_progress"]
     payload = running["collection_release_payload"]
@@ -1142,6 +1143,140 @@ async def test_a_failed_fan_out_run_leaves_no_stream_state() -> None:
     assert snapshot["is_running"] is False
     assert snapshot["streams"] == {} and snapshot["collection_release_states"] == {}
     assert all(w["in_progress"] == [] for w in snapshot["workers"].values())
+
+
+class SendInsideStream(Recording):
+    """Members *send* their results: sends are top-level, never members of the stream."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=0), Item(n=1)]
+
+    @step
+    async def work(self, ctx: Context, ev: Item) -> Done | None:
+        ctx.send_event(Done(n=ev.n))
+        return None
+
+    @step
+    async def tap(self, ev: Done) -> None:
+        self.log.append(("tap", ev.n))
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        self.log.append(("join", [e.n for e in events]))
+        return StopEvent(result=[e.n for e in events])
+
+
+async def test_sends_from_inside_a_stream_are_not_members() -> None:
+    wf = SendInsideStream()
+    handler = wf.run()
+    async for _ in handler.stream_events():
+        pass
+    assert await handler == []
+    assert [entry for entry in wf.log if entry[0] == "join"] == [("join", [])]
+    assert sorted(entry for entry in wf.log if entry[0] == "tap") == [("tap", 0), ("tap", 1)]
+
+
+class Branch(Event):
+    n: int
+
+
+class BranchDone(Event):
+    pairs: list[tuple[int, int]]
+
+
+class CrossBranchSlots(Recording):
+    """Branch 0 yields an A, branch 1 a B: the multi-slot join pairs them across streams."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Branch]:
+        return [Branch(n=0), Branch(n=1)]
+
+    @step
+    async def branch(self, ev: Branch) -> list[ItemA | ItemB]:
+        return [ItemA(n=ev.n)] if ev.n == 0 else [ItemB(n=ev.n)]
+
+    @step
+    async def pair(self, a: ItemA, b: ItemB) -> Pair:
+        return Pair(left=a.n, right=b.n)
+
+    @step
+    async def pairs(self, events: list[Pair]) -> BranchDone:
+        return BranchDone(pairs=[(p.left, p.right) for p in events])
+
+    @step
+    async def outer(self, events: list[BranchDone]) -> StopEvent:
+        return StopEvent(result=sorted(e.pairs for e in events))
+
+
+async def test_a_multi_slot_join_pairs_across_parallel_branches() -> None:
+    assert await CrossBranchSlots().run() == [[], [(0, 1)]]
+
+
+class NestedCut(Recording):
+    """A Take(1, cancel_rest=True) on each inner stream cuts only that stream."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Branch]:
+        return [Branch(n=0), Branch(n=1)]
+
+    @step
+    async def branch(self, ev: Branch) -> list[Item]:
+        return [Item(n=ev.n * 10), Item(n=ev.n * 10 + 1)]
+
+    @step(num_workers=4)
+    async def work(self, ev: Item) -> Done:
+        if ev.n % 10:
+            await slow_forever(self, ev.n)
+        else:
+            while ev.n + 1 not in self.started:
+                await anyio.sleep(0.001)
+        return Done(n=ev.n)
+
+    @step
+    async def first(
+        self, events: Annotated[list[Done], Collect(Take(1, cancel_rest=True))]
+    ) -> BranchDone:
+        return BranchDone(pairs=[(e.n, e.n) for e in events])
+
+    @step
+    async def outer(self, events: list[BranchDone]) -> StopEvent:
+        return StopEvent(result=sorted(e.pairs for e in events))
+
+
+async def test_a_cut_inner_stream_leaves_the_outer_stream_running() -> None:
+    wf = NestedCut()
+    assert await wf.run() == [[(0, 0)], [(10, 10)]]
+    await anyio.sleep(0.01)
+    assert sorted(wf.cancelled) == [1, 11]
+
+
+class Orphan(Event):
+    pass
+
+
+class UnhandledMember(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[Item | Orphan]:
+        return [Orphan(), Item(n=1)] if ev.mixed else [Orphan()]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        return Done(n=ev.n)
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        return StopEvent(result=[e.n for e in events])
+
+
+@pytest.mark.parametrize(("mixed", "expected"), [(True, [1]), (False, [])])
+async def test_an_unhandled_member_is_reported_and_counts_no_work(
+    mixed: bool, expected: list[int]
+) -> None:
+    handler = UnhandledMember(disable_validation=True).run(mixed=mixed)
+    events = await drain(handler)
+    assert await handler == expected
+    assert [ev.event_type for ev in events if isinstance(ev, UnhandledEvent)] == ["Orphan"]
 
 
 # =========================================================================== multi-slot

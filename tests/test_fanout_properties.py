@@ -58,9 +58,7 @@ def node(children: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
 leaves = st.sampled_from(LEAF_KINDS)
 level2 = node(leaves)
 level1 = node(level2)
-roots = st.fixed_dictionaries(
-    {"flaky": st.booleans(), "children": st.lists(level1, max_size=4)}
-)
+roots = st.fixed_dictionaries({"flaky": st.booleans(), "children": st.lists(level1, max_size=4)})
 
 
 # --------------------------------------------------------------------------- events

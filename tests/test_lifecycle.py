@@ -1282,3 +1282,114 @@ async def test_awaiting_task_cancel_outcome_per_backend(anyio_backend: str) -> N
             await handler
     assert wf.cancelled == ["start"]
     assert handler.get_stop_event() is None
+
+
+class CancelTypeFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.seen: list[str] = []
+
+    @step
+    async def only(self, ev: StartEvent) -> StopEvent:
+        try:
+            await anyio.sleep(5)
+        except BaseException as exc:
+            self.seen.append(f"{type(exc).__module__}.{type(exc).__name__}")
+            raise
+        return StopEvent()
+
+
+@pytest.mark.parametrize("how", ["timeout", "cancel_run"])
+async def test_steps_see_native_cancellation(anyio_backend: str, how: str) -> None:
+    wf = CancelTypeFlow(timeout=0.1 if how == "timeout" else 5)
+    handler = wf.run()
+    if how == "cancel_run":
+        await anyio.sleep(0.02)
+        await handler.cancel_run()
+    with pytest.raises((WorkflowTimeoutError, WorkflowCancelledByUser)):
+        await handler
+    expected = "asyncio.exceptions.CancelledError" if anyio_backend == "asyncio" else "trio.Cancelled"
+    assert wf.seen == [expected]
+
+
+class WaitWithStepTimeoutFlow(Workflow):
+    @step(timeout=0.2)
+    async def ask(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        reply = await ctx.wait_for_event(Ping, waiter_event=NeedInput(prompt="?"), timeout=5)
+        return StopEvent(result=reply.msg)
+
+
+async def test_step_timeout_does_not_count_waiter_suspension() -> None:
+    handler = WaitWithStepTimeoutFlow(timeout=5).run()
+    async for ev in handler.stream_events():
+        if isinstance(ev, NeedInput):
+            await anyio.sleep(0.35)  # longer than the step's 0.2 s limit
+            handler.ctx.send_event(Ping(msg="late but fine"))
+    assert await handler == "late but fine"
+
+
+class DetachedParentFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.child_handler: Any = None
+
+    @step
+    async def only(self, ev: StartEvent) -> StopEvent:
+        self.child_handler = SlowChildFlow(timeout=5).run()
+        return StopEvent(result="parent done")
+
+
+class SlowChildFlow(Workflow):
+    @step
+    async def only(self, ev: StartEvent) -> StopEvent:
+        await anyio.sleep(0.1)
+        return StopEvent(result="child done")
+
+
+async def test_child_started_but_not_awaited_keeps_running() -> None:
+    wf = DetachedParentFlow(timeout=5)
+    assert await wf.run() == "parent done"
+    child = wf.child_handler
+    assert not child.is_done()
+    with anyio.fail_after(2):
+        assert await child == "child done"
+
+
+async def test_concurrent_run_slots_are_granted_in_fifo_order() -> None:
+    class OrderFlow(Workflow):
+        order: list[int]
+
+        @step
+        async def only(self, ev: StartEvent) -> StopEvent:
+            self.order.append(ev.get("tag"))
+            await anyio.sleep(0.01)
+            return StopEvent(result=ev.get("tag"))
+
+    wf = OrderFlow(timeout=5, num_concurrent_runs=1)
+    wf.order = []
+    handlers = [wf.run(tag=i) for i in range(5)]
+    assert [await h for h in reversed(handlers)] == [4, 3, 2, 1, 0]
+    assert wf.order == [0, 1, 2, 3, 4]
+
+
+class ElapsedRetryFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.infos: list[RetryInfo] = []
+
+    @step(retry_policy=retry_policy(wait=wait_fixed(0.1), stop=stop_after_attempt(2)))
+    async def flaky(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        self.infos.append(ctx.retry_info())
+        if len(self.infos) == 1:
+            raise BoomError("once")
+        return StopEvent(result="ok")
+
+
+async def test_retry_info_elapsed_counts_from_first_dispatch() -> None:
+    wf = ElapsedRetryFlow(timeout=5)
+    assert await wf.run() == "ok"
+    first, second = wf.infos
+    assert first.retry_number == 0 and first.elapsed_seconds == 0.0
+    assert second.retry_number == 1
+    assert second.elapsed_seconds >= 0.09
+    assert isinstance(second.last_exception, BoomError)

@@ -15,7 +15,12 @@ import anyio
 import pytest
 
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, catch_error, step
-from tickwork.errors import StepTimeoutError, WorkflowValidationError
+from tickwork.errors import (
+    StepTimeoutError,
+    WorkflowRuntimeError,
+    WorkflowTimeoutError,
+    WorkflowValidationError,
+)
 from tickwork.events import (
     CollectionReleaseEvent,
     StepFailedEvent,
@@ -243,11 +248,14 @@ class DelayFlow(Recording):
     async def split(self, ev: StartEvent) -> list[Item]:
         return [Item(n=k) for k in range(ev.count)]
 
-    @step(num_workers=1, retry_policy=retry_policy(wait=wait_fixed(0.05), stop=stop_after_attempt(2)))
+    @step(
+        num_workers=1, retry_policy=retry_policy(wait=wait_fixed(0.05), stop=stop_after_attempt(2))
+    )
     async def work(self, ctx: Context, ev: Item) -> Done:
-        retry = ctx.retry_info().retry_number
-        self.log.append((ev.n, retry, time.monotonic()))
-        if ev.n == 0 and retry == 0:
+        info = ctx.retry_info()
+        self.log.append((ev.n, info.retry_number, time.monotonic()))
+        self.infos.append(info)
+        if ev.n == 0 and info.retry_number == 0:
             raise ValueError("first attempt of item 0")
         return Done(n=ev.n)
 
@@ -266,6 +274,7 @@ async def test_a_delayed_retry_holds_no_slot_and_is_honoured() -> None:
     failed_at = wf.log[0][2]
     retried_at = wf.log[-1][2]
     assert retried_at - failed_at >= 0.045
+    assert wf.infos[-1].retry_number == 1 and wf.infos[-1].elapsed_seconds >= 0.045
     # While a retry is pending the run is not quiescent.
     assert not any(isinstance(ev, WorkflowIdleEvent) for ev in events)
 
@@ -339,9 +348,7 @@ class RaisingPolicyFlow(Recording):
         raise error
 
 
-async def test_a_raising_policy_fails_the_run_with_its_exception_caused_by_the_step_error() -> (
-    None
-):
+async def test_a_raising_policy_fails_the_run_with_its_exception_caused_by_the_step_error() -> None:
     wf = RaisingPolicyFlow()
     handler = wf.run()
     events = await drain(handler)
@@ -801,9 +808,7 @@ async def test_a_handler_returning_another_event_reroutes_the_flow_inside_the_st
     ]
 
 
-async def test_a_handler_returning_none_ends_the_branch_and_the_join_fires_with_the_rest() -> (
-    None
-):
+async def test_a_handler_returning_none_ends_the_branch_and_the_join_fires_with_the_rest() -> None:
     wf = OutcomeFlow()
     assert await wf.run(mode="none") == [0, 2]
     assert len(wf.failures) == 2
@@ -867,9 +872,7 @@ def lineage_flow(route: str, budget: int = 1) -> LineageFlow:
 
         class Budgeted(LineageFlow):
             @catch_error(max_recoveries=budget)
-            async def recover(
-                self, ctx: Context, ev: StepFailedEvent
-            ) -> Task | Note | Seed | None:
+            async def recover(self, ctx: Context, ev: StepFailedEvent) -> Task | Note | Seed | None:
                 return await LineageFlow.recover(self, ctx, ev)
 
         Budgeted.route = route
@@ -964,3 +967,177 @@ async def test_a_second_failure_in_a_stream_lineage_fails_the_run() -> None:
         await wf.run()
     assert len(wf.failures) == 1
     assert wf.log == []
+
+
+# =========================================================================== more failure kinds
+
+
+class Answer(Event):
+    n: int
+
+
+class OddFailures(Recording):
+    """Failures that are not body exceptions still go through @catch_error."""
+
+    @step
+    async def begin(self, ctx: Context, ev: StartEvent) -> Task | Seed | list[Item] | None:
+        ctx.send_event(Task(n=0))
+        ctx.send_event(Seed(n=0))
+        return [Item(n=0)]
+
+    @step
+    async def bad_send(self, ctx: Context, ev: Task) -> None:
+        ctx.send_event(Done(n=1), step="join")  # a targeted send to a collect step
+
+    @step
+    async def waits(self, ctx: Context, ev: Seed) -> None:
+        await ctx.wait_for_event(Answer, timeout=0.02)
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        return Done(n=ev.n)
+
+    @step
+    async def join(self, events: list[Done]) -> Note:
+        return Note(text="joined")
+
+    @catch_error
+    async def recover(self, ev: StepFailedEvent) -> Note:
+        self.failures.append(ev)
+        return Note(text=ev.step_name)
+
+    @step
+    async def tally(self, ev: Note) -> StopEvent | None:
+        self.log.append(ev.text)
+        return StopEvent(result=sorted(self.log)) if len(self.log) == 3 else None
+
+
+async def test_an_invalid_send_and_a_waiter_timeout_are_step_failures() -> None:
+    wf = OddFailures()
+    assert await wf.run() == ["bad_send", "joined", "waits"]
+    by_step = {f.step_name: f.exception for f in wf.failures}
+    assert isinstance(by_step["bad_send"], WorkflowRuntimeError)
+    assert "join" in str(by_step["bad_send"])
+    assert isinstance(by_step["waits"], TimeoutError)
+    assert "Answer" in str(by_step["waits"])
+
+
+class NeverEnding(Recording):
+    @step(retry_policy=RECORDING_POLICY)
+    async def work(self, ev: StartEvent) -> StopEvent:
+        await anyio.sleep_forever()
+        return StopEvent()
+
+    @catch_error
+    async def recover(self, ev: StepFailedEvent) -> StopEvent:
+        self.failures.append(ev)
+        return StopEvent(result="recovered")
+
+
+async def test_a_workflow_timeout_never_reaches_retries_or_catch_error() -> None:
+    RECORDING_POLICY.calls.clear()
+    wf = NeverEnding(timeout=0.05)
+    with pytest.raises(WorkflowTimeoutError):
+        await wf.run()
+    assert RECORDING_POLICY.calls == [] and wf.failures == []
+
+
+class L1(Event):
+    n: int
+
+
+class L2(Event):
+    n: int
+
+
+class Inner(Event):
+    n: int
+    total: int
+
+
+class InnerJoinFails(Recording):
+    """The inner join of branch 1 fails; the handler's output rejoins the outer stream."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[L1]:
+        return [L1(n=k) for k in range(3)]
+
+    @step
+    async def split_inner(self, ev: L1) -> list[L2]:
+        return [L2(n=ev.n * 10 + j) for j in range(2)]
+
+    @step
+    async def inner_join(self, events: list[L2]) -> Inner:
+        ns = sorted(e.n for e in events)
+        if ns[0] == 10:
+            raise ValueError("inner join of branch 1")
+        return Inner(n=ns[0] // 10, total=sum(ns))
+
+    @catch_error
+    async def recover(self, ev: StepFailedEvent) -> Inner:
+        self.failures.append(ev)
+        release = ev.input_event
+        assert isinstance(release, CollectionReleaseEvent)
+        return Inner(n=-1, total=sum(e.n for e in release.events))
+
+    @step
+    async def outer_join(self, events: list[Inner]) -> StopEvent:
+        return StopEvent(result=sorted((e.n, e.total) for e in events))
+
+
+async def test_a_recovered_inner_join_still_feeds_the_outer_join() -> None:
+    wf = InnerJoinFails()
+    assert await wf.run() == [(-1, 21), (0, 1), (2, 41)]
+    (failure,) = wf.failures
+    assert failure.step_name == "inner_join"
+
+
+def test_catch_error_options_are_checked_at_decoration() -> None:
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(WorkflowValidationError, match="max_recoveries"):
+
+            @catch_error(max_recoveries=bad)  # type: ignore[arg-type]
+            async def handler(self: Any, ev: StepFailedEvent) -> None:
+                return None
+
+    with pytest.raises(WorkflowValidationError) as info:
+
+        class Wrong(Workflow):
+            @catch_error
+            async def handler(self, ev: Task) -> None:
+                return None
+
+    assert "handler" in str(info.value) and "StepFailedEvent" in str(info.value)
+
+
+class ConcurrentFailures(Recording):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.active = 0
+        self.peak = 0
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=k) for k in range(4)]
+
+    @step(num_workers=4)
+    async def work(self, ev: Item) -> Done:
+        raise ValueError(f"item {ev.n}")
+
+    @catch_error
+    async def recover(self, ev: StepFailedEvent) -> Done:
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        await anyio.sleep(0.005)
+        self.active -= 1
+        return Done(n=ev.input_event.n)
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        return StopEvent(result=sorted(e.n for e in events))
+
+
+async def test_a_handler_runs_one_failure_at_a_time() -> None:
+    wf = ConcurrentFailures()
+    assert await wf.run() == [0, 1, 2, 3]
+    assert wf.peak == 1

@@ -15,7 +15,9 @@ Properties (architecture.md §4, quality.md §2, api.md §18.2, §24.1, §26.3):
     state after ``k`` ticks, for every ``k`` (also from per-tick deep copies, which is
     what decoding a journal gives);
 (d) exactly-once: a keyed send is routed at most once however often it is re-posted,
-    and a first post from a live invocation is routed;
+    and a first post from a live invocation is routed; an invocation interrupted by a
+    cancel and re-run after the resume makes its sends again, and the ones already
+    routed are not routed twice;
 (e) one terminal outcome per session: at most one of CompleteRun / FailWorkflow / Halt,
     it is the last command of its tick, and later ticks produce no command.
 
@@ -363,8 +365,14 @@ class Simulator:
         # (due, make); the run's own timeout timer is kept apart as (None, (due, make))
         self.timers: list[tuple[Any, Any]] = []
         self.idle_requested = False
+        # Keyed sends are tracked per *logical execution*: a fresh invocation is its own
+        # execution; its re-run after a resume continues the same execution and makes
+        # the same sends again, in the same order (api.md §26.3).
+        self.execution_of: dict[str, str] = {}
+        self.interrupted: dict[tuple[str, int], str] = {}  # (work item, attempts) -> exec
+        self.sends_of: dict[str, list[Event]] = {}
         self.next_send: dict[str, int] = {}
-        self.posted: list[AddEvent] = []
+        self.posted: list[tuple[tuple[str, int], AddEvent]] = []
         self.posted_keys: set[tuple[str, int]] = set()
 
     # -- feeding -------------------------------------------------------------------
@@ -391,17 +399,22 @@ class Simulator:
             # a new session: the old one's workers, timers and idle request are gone
             self.idle_requested = False
             self.gone.clear()
+        cancel = any(isinstance(c, Halt) and c.reason == "cancel" for c in commands)
         for command in commands:
             if isinstance(command, RunWorker):
-                inv_id = command.invocation.invocation_id
-                self.running[inv_id] = command.invocation
-                # a body runs from the top: a re-run after a resume keeps its identity
-                # and makes its sends again from index 0
-                self.next_send[inv_id] = 0
+                inv = command.invocation
+                rerun_of = self.interrupted.pop((inv.item.work_item_id, inv.item.attempts), None)
+                self.execution_of[inv.invocation_id] = rerun_of or inv.invocation_id
+                self.running[inv.invocation_id] = inv
+                self.next_send[inv.invocation_id] = 0  # a body runs from the top
             elif isinstance(command, CancelWorker):
                 cancelled = self.running.pop(command.invocation_id, None)
                 if cancelled is not None:
                     self.gone.append(cancelled)
+                    if cancel:  # interrupted: it re-runs when the run resumes
+                        item = cancelled.item
+                        execution = self.execution_of[cancelled.invocation_id]
+                        self.interrupted[(item.work_item_id, item.attempts)] = execution
             elif isinstance(command, ScheduleWakeup):
                 name = command.step
                 self.timers.append((command.due_at, lambda now, s=name: Wakeup(now, s)))
@@ -419,7 +432,7 @@ class Simulator:
 
     def post_keyed(self, inv: Invocation, index: int, event: Event) -> None:
         """A send made by a running body (a re-run may repeat one made before a resume)."""
-        key = (inv.invocation_id, index)
+        key = (self.execution_of[inv.invocation_id], index)
         first = key not in self.posted_keys
         live = self.state.status == "running" and inv.invocation_id in (
             self.state.steps[inv.step].in_progress
@@ -432,13 +445,11 @@ class Simulator:
             recovery_counts=inv.item.recovery_counts,
         )
         if first:
-            self.posted.append(tick)
+            self.posted.append((key, tick))
             self.posted_keys.add(key)
         before, after, commands = self.feed(tick)
         self.run.keyed.append(
-            KeyedPost(
-                (inv.invocation_id, index), first and live, _routed(tick, before, after, commands)
-            )
+            KeyedPost(key, first and live, _routed(tick, before, after, commands))
         )
 
     # -- actions -------------------------------------------------------------------
@@ -479,8 +490,14 @@ class Simulator:
         self.feed(StepResult(self.now, inv.step, inv.invocation_id, outcome))
 
     def _send_from(self, inv: Invocation, event: Event) -> None:
-        index = self.next_send.get(inv.invocation_id, 0)
+        """The body's next send; a re-run first repeats the sends its execution made."""
+        index = self.next_send[inv.invocation_id]
         self.next_send[inv.invocation_id] = index + 1
+        made = self.sends_of.setdefault(self.execution_of[inv.invocation_id], [])
+        if index < len(made):
+            event = made[index].model_copy()
+        else:
+            made.append(event)
         self.post_keyed(inv, index, event)
 
     def _send(self) -> None:
@@ -488,7 +505,7 @@ class Simulator:
         self._send_from(inv, fresh(self.draw(st.sampled_from(self.flow.sendable))))
 
     def _repost(self) -> None:
-        original = self.draw(st.sampled_from(self.posted))
+        key, original = self.draw(st.sampled_from(self.posted))
         inv_id, index = original.emission_key  # type: ignore[misc]
         assert original.source_step is not None
         self.now += self.draw(st.sampled_from([0.0, 1.0]))
@@ -499,9 +516,7 @@ class Simulator:
             source_step=original.source_step,
         )
         before, after, commands = self.feed(tick)
-        self.run.keyed.append(
-            KeyedPost((inv_id, index), False, _routed(tick, before, after, commands))
-        )
+        self.run.keyed.append(KeyedPost(key, False, _routed(tick, before, after, commands)))
 
     def _late_result(self) -> None:
         inv = self.draw(st.sampled_from(self.gone))

@@ -4,5 +4,14 @@ from __future__ import annotations
 
 from tickwork.testing.reducer_kit import ReducerKit
 from tickwork.testing.runner import WorkflowTestResult, WorkflowTestRunner
+from tickwork.testing.simulator import Scripted, SimulationOutcome, Simulator, fail_times
 
-__all__ = ["ReducerKit", "WorkflowTestResult", "WorkflowTestRunner"]
+__all__ = [
+    "ReducerKit",
+    "Scripted",
+    "SimulationOutcome",
+    "Simulator",
+    "WorkflowTestResult",
+    "WorkflowTestRunner",
+    "fail_times",
+]
