@@ -151,7 +151,7 @@ class Simulator:
         """
         if step not in self.config.steps:
             raise ValueError(f"the workflow has no step named {step!r}")
-        fn: Script = script if callable(script) else (lambda _ev, value=script: value)
+        fn: Script = script if callable(script) else _constant(script)
         self._scripts[step] = (fn, seconds)
         return self
 
@@ -203,7 +203,7 @@ class Simulator:
 
     def _real_body(self, invocation: Invocation) -> Any:
         fn = self._steps[invocation.step]
-        config = fn._step_config  # type: ignore[attr-defined]
+        config = fn._step_config
         if config.context_parameter or config.resources or config.collect_params:
             raise TypeError(
                 f"step {invocation.step!r} needs a Context, resources or a join batch; "
@@ -227,7 +227,7 @@ class Simulator:
 
     def _failure(self, invocation: Invocation, error: Exception, seconds: float) -> Failed:
         failed_at = invocation.dispatched_at + seconds
-        policy = self._steps[invocation.step]._step_config.retry_policy  # type: ignore[attr-defined]
+        policy = self._steps[invocation.step]._step_config.retry_policy
         delay: float | None = None
         if policy is not None:
             attempts = invocation.item.attempts + 1
@@ -244,6 +244,20 @@ class Simulator:
                 policy_error.__cause__ = error
                 error, delay = policy_error, None
         return Failed(error, delay, failed_at)
+
+
+def _send_at(event: Any) -> Callable[[float], Tick]:
+    def make(now: float) -> Tick:
+        return AddEvent(now, event)
+
+    return make
+
+
+def _constant(value: Any) -> Script:
+    def script(_event: Any) -> Any:
+        return value
+
+    return script
 
 
 def _terminal_event(command: CompleteRun | FailWorkflow | Halt) -> Any:
@@ -285,9 +299,7 @@ class _Simulation:
         self.exit: Command | None = None
         self.idle_requested = False
         for delay, event in send:
-            self._timer(
-                sim.start_time + delay, lambda now, ev=event: AddEvent(now, ev), external=True
-            )
+            self._timer(sim.start_time + delay, _send_at(event), external=True)
 
     def _timer(self, due: float, make: Callable[[float], Tick], external: bool = False) -> None:
         self.timer_seq += 1
