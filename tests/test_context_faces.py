@@ -29,6 +29,7 @@ from tickwork.context.state_store import DictState, InMemoryStateStore
 from tickwork.errors import (
     ContextStateError,
     WorkflowRuntimeError,
+    WorkflowTimeoutError,
 )
 from tickwork.events import (
     StepStateChanged,
@@ -124,9 +125,7 @@ class StepFaceFlow(Workflow):
             report["get_result"] = _capture(ctx.get_result)
             report["streaming_queue"] = _capture(lambda: ctx.streaming_queue)
             report["is_running"] = ctx.is_running
-        report["is_running_warned"] = any(
-            issubclass(w.category, DeprecationWarning) for w in rec
-        )
+        report["is_running_warned"] = any(issubclass(w.category, DeprecationWarning) for w in rec)
         report["run_id"] = ctx.run_id
         report["store"] = ctx.store
         report["self"] = ctx
@@ -238,7 +237,9 @@ class CollectFlow(Workflow):
         got = ctx.collect_events(ev, expected)
         if got is None:
             return None
-        return StopEvent(result=[(type(e).__name__, getattr(e, "n", getattr(e, "tag", None))) for e in got])
+        return StopEvent(
+            result=[(type(e).__name__, getattr(e, "n", getattr(e, "tag", None))) for e in got]
+        )
 
 
 class BufferIdFlow(Workflow):
@@ -572,6 +573,9 @@ async def test_pre_run_store_writes_carry_into_the_run() -> None:
     handler = wf.run(ctx=ctx)
     assert await handler == "staged"
     assert await handler.ctx.store.get("k") == "staged"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert handler.ctx.get_result() == "staged"
 
 
 # --------------------------------------------------------------------------- handler face
@@ -706,7 +710,7 @@ async def test_step_face_to_dict_and_streaming_queue_raise_context_state_error()
 
 
 @pytest.mark.xfail(
-    reason="step-face Context calls from a non-tickwork thread do not raise RuntimeError (§8.2, §9.5)",
+    reason="step-face Context calls from a non-tickwork thread do not raise (§8.2, §9.5)",
     strict=True,
 )
 async def test_step_context_send_from_foreign_thread_raises_runtime_error() -> None:
@@ -715,7 +719,7 @@ async def test_step_context_send_from_foreign_thread_raises_runtime_error() -> N
 
 
 @pytest.mark.xfail(
-    reason="step-face Context calls from a non-tickwork thread do not raise RuntimeError (§8.2, §9.5)",
+    reason="step-face Context calls from a non-tickwork thread do not raise (§8.2, §9.5)",
     strict=True,
 )
 async def test_step_context_write_from_foreign_thread_raises_runtime_error() -> None:
@@ -756,7 +760,9 @@ async def test_targeted_send_reaches_only_target_step() -> None:
     assert isinstance(result, Stopper) and result.result == 1
     assert wf.seen == [("left", 1)]
     dispatched = [
-        e.name for e in events if isinstance(e, StepStateChanged) and e.step_state.value == "running"
+        e.name
+        for e in events
+        if isinstance(e, StepStateChanged) and e.step_state.value == "running"
     ]
     assert "left" in dispatched
     assert "right" not in dispatched
@@ -850,9 +856,8 @@ async def test_collect_events_matches_exact_types_only() -> None:
 
 async def test_collect_events_incomplete_returns_none_and_run_idles() -> None:
     handler = CollectFlow(timeout=0.3).run(sends=[("item", 1), ("item", 2)])
-    with pytest.raises(Exception) as info:  # noqa: B017
+    with pytest.raises(WorkflowTimeoutError):
         await handler
-    assert type(info.value).__name__ == "WorkflowTimeoutError"
 
 
 async def test_collect_events_buffer_ids_are_independent() -> None:

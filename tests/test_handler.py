@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -49,6 +50,14 @@ class Answer(StopEvent):
 
 class BoomError(Exception):
     pass
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 1.0) -> bool:
+    """Poll ``predicate``: cancelled invocations may finish unwinding after the outcome."""
+    with anyio.move_on_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.005)
+    return predicate()
 
 
 # --------------------------------------------------------------------------- workflows
@@ -209,7 +218,7 @@ async def test_asyncio_interop_gather_wait_for_ensure_future() -> None:
     assert await fut == "d"
 
 
-# --------------------------------------------------------------------------- is_done / get_stop_event
+# ------------------------------------------------------------------- is_done / get_stop_event
 
 
 async def test_is_done_and_get_stop_event_on_success() -> None:
@@ -252,7 +261,7 @@ async def test_get_stop_event_set_before_cancel_run_returns() -> None:
     assert handler.is_done()
     with pytest.raises(WorkflowCancelledByUser):
         await handler
-    assert wf.cancelled is True
+    assert await eventually(lambda: wf.cancelled)
     assert wf.finished is False
 
 
@@ -325,7 +334,7 @@ async def test_cancelling_the_awaiting_task_hard_aborts_the_run() -> None:
     with anyio.fail_after(2):
         while not handler.is_done():
             await anyio.sleep(0.01)
-    assert wf.cancelled is True
+    assert await eventually(lambda: wf.cancelled)
     assert wf.finished is False
     # Hard abort: no cancel event, no terminal event.
     assert handler.get_stop_event() is None
@@ -349,7 +358,7 @@ async def test_asyncio_wait_for_timeout_hard_aborts_the_run() -> None:
             break
         await asyncio.sleep(0.01)
     assert handler.is_done()
-    assert wf.cancelled is True
+    assert await eventually(lambda: wf.cancelled)
     assert handler.get_stop_event() is None
     with pytest.raises(asyncio.CancelledError):
         await handler
@@ -367,7 +376,7 @@ async def test_deprecated_cancel_is_hard_abort(anyio_backend: str) -> None:
         with pytest.raises(expected):
             await handler
     assert handler.get_stop_event() is None
-    assert wf.cancelled is True
+    assert await eventually(lambda: wf.cancelled)
     # Hard abort publishes no cancel event.
     seen = []
     with anyio.move_on_after(0.2):
@@ -515,6 +524,24 @@ async def test_deprecated_members_behaviour() -> None:
         await graceful.cancel_run()
         assert graceful.cancelled() is True
         assert graceful.done() is True
+        assert isinstance(graceful.exception(), WorkflowCancelledByUser)
+
+        wf2 = HangingFlow(timeout=5)
+        aborted = wf2.run()
+        await wf2.started.wait()
+        with anyio.move_on_after(0.02):
+            await aborted
+        with anyio.fail_after(2):
+            while not aborted.is_done():
+                await anyio.sleep(0.01)
+        assert aborted.cancelled() is True
+        assert aborted.done() is True
+
+        timed = PlainFlow(timeout=0.05).run(delay=1)
+        with pytest.raises(WorkflowTimeoutError):
+            await timed
+        assert isinstance(timed.exception(), WorkflowTimeoutError)
+        assert timed.cancelled() is False
 
 
 _DEPRECATION_SCRIPT = textwrap.dedent(

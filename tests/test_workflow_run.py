@@ -433,6 +433,17 @@ async def test_unroutable_start_subclass_under_exact_matching() -> None:
     assert "TopicStart" in msg
 
 
+class SubclassStartFlow(Workflow):
+    @step(accept_event_subclasses=True)
+    async def begin(self, ev: TopicStart) -> StopEvent:
+        return StopEvent(result=type(ev).__name__)
+
+
+async def test_start_subclass_routable_in_subclass_mode() -> None:
+    result = await SubclassStartFlow(timeout=5).run(start_event=SubTopicStart(topic="x"))
+    assert result == "SubTopicStart"
+
+
 async def test_validation_errors_raise_synchronously_from_run() -> None:
     wf = UnproducedFlow(timeout=5)
     with pytest.raises(WorkflowValidationError, match="Orphan"):
@@ -558,7 +569,7 @@ async def test_distinct_runs_of_one_instance_run_concurrently() -> None:
     assert len({h.run_id for h in handlers}) == 3
 
 
-# --------------------------------------------------------------------------- run(): resume and caching
+# ------------------------------------------------------------------- run(): resume and caching
 
 
 class ResumableFlow(Workflow):

@@ -31,12 +31,25 @@ from typing import Any
 
 import anyio
 
-from tickwork import Context, Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
-from tickwork import Workflow, catch_error, step
+from tickwork import (
+    Context,
+    Event,
+    HumanResponseEvent,
+    InputRequiredEvent,
+    StartEvent,
+    StopEvent,
+    Workflow,
+    catch_error,
+    step,
+)
 from tickwork.events import StepFailedEvent
 from tickwork.journal import SqliteJournal, load_run, recover_runs
-from tickwork.retry_policy import retry_if_exception_type, retry_policy, stop_after_attempt
-from tickwork.retry_policy import wait_fixed
+from tickwork.retry_policy import (
+    retry_if_exception_type,
+    retry_policy,
+    stop_after_attempt,
+    wait_fixed,
+)
 from tickwork.runtime.control_loop import rebuild_state_from_ticks
 
 RUN_ID = "crash-run"

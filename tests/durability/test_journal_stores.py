@@ -85,6 +85,10 @@ def rec(seq: int, kind: str = "idle_check") -> JournalRecord:
     return JournalRecord(seq=seq, data={"type": kind, "stamped_at": 1000.0 + seq})
 
 
+def patch(after_seq: int, key: str) -> StatePatch:
+    return StatePatch(after_seq, [{"op": "add", "path": f"/{key}", "value": after_seq}])
+
+
 async def read_all(store: Any, run_id: str, from_seq: int = 0) -> list[JournalRecord]:
     return [r async for r in store.read(run_id, from_seq)]
 
@@ -194,9 +198,9 @@ async def test_a_snapshot_compacts_older_records_and_patches(
 ) -> None:
     store = make_store(tmp_path)
     await store.begin_run("c", "wf", {"journal_seq": 0})
-    await store.append("c", [rec(0), rec(1)], StatePatch(1, [{"op": "add", "path": "/a", "value": 1}]))
-    await store.append("c", [rec(2), rec(3)], StatePatch(3, [{"op": "add", "path": "/b", "value": 2}]))
-    await store.append("c", [rec(4)], StatePatch(4, [{"op": "add", "path": "/c", "value": 3}]))
+    await store.append("c", [rec(0), rec(1)], patch(1, "a"))
+    await store.append("c", [rec(2), rec(3)], patch(3, "b"))
+    await store.append("c", [rec(4)], patch(4, "c"))
     assert [p.after_seq for p in await store.read_state_patches("c")] == [1, 3, 4]
     await store.write_snapshot("c", 3, {"journal_seq": 3, "v": "three"})
     assert await store.read_snapshot("c") == (3, {"journal_seq": 3, "v": "three"})
@@ -300,7 +304,9 @@ async def _five_records(path: Path) -> SqliteJournal:
     return store
 
 
-@pytest.mark.parametrize("garbage", ['{"type": "idle_check", "stamped_', "\x00\x01", "[1, 2, 3]", "{}"])
+@pytest.mark.parametrize(
+    "garbage", ['{"type": "idle_check", "stamped_', "\x00\x01", "[1, 2, 3]", "{}"]
+)
 async def test_a_corrupt_sqlite_row_names_the_run_and_seq(tmp_path: Path, garbage: str) -> None:
     path = tmp_path / "corrupt.db"
     store = await _five_records(path)
@@ -366,7 +372,8 @@ async def test_an_unknown_record_type_in_a_store_names_run_and_seq(
     await hard_abort(handler)
     entry = await store.get_run("odd")
     assert entry is not None and entry.status == "running"
-    await store.append("odd", [JournalRecord(entry.last_seq + 1, {"type": "bogus", "stamped_at": 1.0})])
+    bogus = JournalRecord(entry.last_seq + 1, {"type": "bogus", "stamped_at": 1.0})
+    await store.append("odd", [bogus])
     with pytest.raises(JournalError) as info:
         await load_run(AskFlow(timeout=TIMEOUT, journal=store), "odd")
     assert "'odd'" in str(info.value) and f"seq {entry.last_seq + 1}" in str(info.value)
@@ -523,7 +530,8 @@ async def test_a_resumed_run_continues_the_journal_numbering() -> None:
     records = [r async for r in resumed.journal()]
     assert records[0].seq == snap["journal_seq"]
     assert records[0].data["type"] == "session_start"
-    assert [r.seq for r in records] == list(range(snap["journal_seq"], snap["journal_seq"] + len(records)))
+    start = snap["journal_seq"]
+    assert [r.seq for r in records] == list(range(start, start + len(records)))
 
 
 async def test_handler_journal_without_journaling_raises() -> None:
@@ -593,9 +601,11 @@ async def test_recovery_after_a_compacting_snapshot_keeps_the_tail(
     seq, _ = await store.read_snapshot("long")  # type: ignore[misc]
     assert 0 < seq < live_seq  # a compacting snapshot was written mid-session
 
+    entry = await store.get_run("long")
+    assert entry is not None and entry.status == "running"
     ctx = await load_run(LongFlow(journal=store), "long")
     state = ctx._current_run_state()
-    assert state.journal_seq == live_seq
+    assert state.journal_seq == entry.last_seq + 1
     assert len(state.steps["hop"].waiters) == 1
     assert not state.steps["hop"].in_progress
 

@@ -10,11 +10,15 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import threading
 import time
+import warnings
+from asyncio import CancelledError
 from typing import Any
 
 import anyio
 import pytest
+from pydantic import PrivateAttr
 
 from tickwork import (
     Context,
@@ -139,6 +143,19 @@ class Right(HumanResponseEvent):
     v: int
 
 
+class LockedStart(StartEvent):
+    """A start event with a private attribute no serializer can encode."""
+
+    _lock: Any = PrivateAttr(default_factory=threading.Lock)
+
+
+class LockedFlow(Workflow):
+    @step
+    async def ask(self, ctx: Context, ev: LockedStart) -> StopEvent:
+        reply = await ctx.wait_for_event(Reply, waiter_event=Ask(prompt="?"))
+        return StopEvent(result=reply.text)
+
+
 class Blob:
     """A value JSON cannot express (needs PickleSerializer)."""
 
@@ -187,6 +204,7 @@ class GateFlow(Workflow):
         super().__init__(**kwargs)
         self.gate = anyio.Event()
         self.entered = anyio.Event()
+        self.order: list[int] = []
 
     @step
     async def produce(self, ev: StartEvent) -> list[Item]:
@@ -194,6 +212,7 @@ class GateFlow(Workflow):
 
     @step(num_workers=1)
     async def work(self, ev: Item) -> Done:
+        self.order.append(ev.n)
         self.entered.set()
         await self.gate.wait()
         return Done(n=ev.n)
@@ -375,6 +394,11 @@ async def wait_until(predicate: Any, seconds: float = 5.0) -> None:
             await anyio.sleep(0.005)
 
 
+def worker_of(handler: WorkflowHandler, step_name: str) -> dict[str, Any]:
+    worker: dict[str, Any] = handler.ctx.to_dict(include_state=False)["workers"][step_name]
+    return worker
+
+
 def decode(text: str) -> Any:
     return JsonSerializer().deserialize(text)
 
@@ -466,6 +490,50 @@ async def test_waiter_snapshot_lists_the_waiter_with_its_budget() -> None:
     assert round_trip(snap) == snap
 
 
+@pytest.mark.anyio
+async def test_in_progress_work_resumes_at_the_front_of_its_queue() -> None:
+    wf = GateFlow()
+    handler = wf.run()
+    with anyio.fail_after(5):
+        await wf.entered.wait()
+    await handler.cancel_run()
+    snap = round_trip(handler.ctx.to_dict())
+    assert [decode(i["event"]).n for i in snap["workers"]["work"]["in_progress"]] == [0]
+    fresh = GateFlow()
+    fresh.gate.set()
+    resumed = fresh.run(ctx=Context.from_dict(fresh, snap), run_id="chosen-id")
+    assert resumed.run_id == "chosen-id"  # §26.2: run_id= is honoured on resume
+    assert await resumed == [0, 1, 2]
+    assert fresh.order == [0, 1, 2]
+
+
+@pytest.mark.anyio
+async def test_a_loaded_snapshot_is_its_own_pre_run_snapshot() -> None:
+    handler = AskFlow().run()
+    snap = round_trip(await snapshot_when_asked(handler))
+    await handler.cancel_run()
+    ctx = Context.from_dict(AskFlow(), snap)
+    assert ctx.to_dict() == snap
+    await ctx.store.set("staged", 1)
+    staged = ctx.to_dict()
+    assert {k: v for k, v in staged.items() if k != "state"} == {
+        k: v for k, v in snap.items() if k != "state"
+    }
+    assert await Context.from_dict(AskFlow(), staged).store.get("staged") == 1
+
+
+@pytest.mark.anyio
+async def test_private_attributes_do_not_prevent_a_snapshot() -> None:
+    wf = LockedFlow(timeout=TIMEOUT)
+    handler = wf.run(start_event=LockedStart())
+    snap = round_trip(await snapshot_when_asked(handler))
+    await handler.cancel_run()
+    again = LockedFlow(timeout=TIMEOUT)
+    resumed = again.run(ctx=Context.from_dict(again, snap))
+    resumed.ctx.send_event(Reply(text="ok"))
+    assert await resumed == "ok"
+
+
 # --------------------------------------------------------------------------- outcomes (§24.1)
 
 
@@ -510,7 +578,7 @@ async def test_cancel_keeps_everything_resumable() -> None:
     wf = OutcomeFlow("cancel", timeout=TIMEOUT)
     handler = wf.run()
     # Every member ends up suspended on its own waiter.
-    await wait_until(lambda: len(handler.ctx.to_dict()["workers"]["work"]["collected_waiters"]) == 4)
+    await wait_until(lambda: len(worker_of(handler, "work")["collected_waiters"]) == 4)
     await handler.cancel_run()
     with pytest.raises(WorkflowCancelledByUser):
         await handler
@@ -522,6 +590,26 @@ async def test_cancel_keeps_everything_resumable() -> None:
     assert await Context.from_dict(OutcomeFlow("cancel"), round_trip(snap)).store.get("kept") == (
         "cancel"
     )
+
+
+@pytest.mark.anyio
+async def test_a_hard_abort_leaves_the_last_processed_state_resumable() -> None:
+    wf = AskFlow()
+    handler = wf.run()
+    before = await snapshot_when_asked(handler)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        handler.cancel()  # deprecated hard abort (§7.1)
+    with pytest.raises((WorkflowCancelledByUser, CancelledError)):
+        await handler
+    after = handler.ctx.to_dict()
+    assert after["is_running"] is True
+    assert after["workers"] == before["workers"]
+    assert after["journal_seq"] >= before["journal_seq"]
+    fresh = AskFlow()
+    resumed = fresh.run(ctx=Context.from_dict(fresh, round_trip(after)))
+    resumed.ctx.send_event(Reply(text="Gus"))
+    assert await resumed == "hello Gus"
 
 
 @pytest.mark.anyio
@@ -645,9 +733,11 @@ async def test_waiter_with_requirements_is_registered_again_on_resume() -> None:
     resumed = second.run(ctx=Context.from_dict(second, snap))
     # The step is re-run on resume so that it registers its requirements again.
     await wait_until(
-        lambda: second.passes == 1
-        and resumed.ctx.to_dict()["journal_seq"] > snap["journal_seq"] + 1
-        and not resumed.ctx.to_dict()["workers"]["ask"]["in_progress"]
+        lambda: (
+            second.passes == 1
+            and resumed.ctx.to_dict()["journal_seq"] > snap["journal_seq"] + 1
+            and not resumed.ctx.to_dict()["workers"]["ask"]["in_progress"]
+        )
     )
     resumed.ctx.send_event(Reply(text="Bob"))  # does not meet the requirements
     await anyio.sleep(0.05)
@@ -693,8 +783,7 @@ async def test_collect_events_buffers_survive_a_resume() -> None:
     wf = CollectFlow()
     handler = wf.run()
     await wait_until(
-        lambda: len(handler.ctx.to_dict()["workers"]["gather"]["collected_events"].get("default", []))
-        == 2
+        lambda: len(worker_of(handler, "gather")["collected_events"].get("default", [])) == 2
     )
     await handler.cancel_run()
     snap = round_trip(handler.ctx.to_dict())
@@ -957,9 +1046,11 @@ def test_a_corrupt_event_payload_names_the_step(waiting: dict[str, Any]) -> None
 def test_an_invalid_event_value_is_a_serde_error(waiting: dict[str, Any]) -> None:
     waiter = waiting["workers"]["ask"]["collected_waiters"][0]
     waiter["resolved_event"] = json.dumps(
-        {"__is_pydantic": True, "value": {"text": ["not", "a", "str"]}, "qualified_name": (
-            f"{Reply.__module__}.Reply"
-        )}
+        {
+            "__is_pydantic": True,
+            "value": {"text": ["not", "a", "str"]},
+            "qualified_name": (f"{Reply.__module__}.Reply"),
+        }
     )
     error = load_error(waiting)
     assert error.__cause__ is not None
@@ -1019,7 +1110,14 @@ def test_pending_work_for_an_unknown_step_names_the_step(waiting: dict[str, Any]
 
 
 def test_an_idle_entry_for_an_unknown_step_is_ignored(waiting: dict[str, Any]) -> None:
-    waiting["workers"]["ghost"] = {key: ([] if key.endswith(("queue", "progress", "waiters", "static_collect_events")) else {}) for key in WORKER_KEYS}
+    waiting["workers"]["ghost"] = {
+        "queue": [],
+        "in_progress": [],
+        "collected_events": {},
+        "collect_generations": {},
+        "static_collect_events": [],
+        "collected_waiters": [],
+    }
     waiting["unknown_top_level_key"] = {"ignored": True}
     assert Context.from_dict(AskFlow(), waiting).is_running is True
 

@@ -127,8 +127,10 @@ class Context(Generic[MODEL_T]):
 
     def _resumable_state(self, config: RunConfig) -> RunState | None:
         """The state to resume from, if this context holds a resumable one."""
+        if self._session is not None and self._session.live:
+            return None
         state = self._current_run_state()
-        if not state.is_running or state.status == "running":
+        if not state.is_running:
             return None
         return evolve(state, config=config)
 

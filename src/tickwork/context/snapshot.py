@@ -16,17 +16,20 @@ from tickwork._serde_fields import dump_exception, load_exception, qualified_nam
 from tickwork.context.serializers import BaseSerializer
 from tickwork.errors import ContextSerdeError
 from tickwork.runtime.types.persistent import PList, PMap, PQueue
+from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.state import (
     CollectBuffer,
     Invocation,
     ReleaseState,
     RunConfig,
     RunState,
+    SendIndexes,
     StepRunState,
     StreamState,
     Waiter,
     WorkItem,
 )
+from tickwork.runtime.types.waiter_index import WaiterIndex
 
 __all__ = [
     "SNAPSHOT_VERSION",
@@ -204,7 +207,7 @@ class _Encoder:
             **self.item(inv.item),
             "worker_id": inv.worker_id,
             "invocation_id": inv.invocation_id,
-            "received": sorted(inv.received),
+            "received": list(inv.received),
             "collected_events": {
                 bid: self.events(buf.events) for bid, buf in inv.collect_view.items()
             },
@@ -412,7 +415,7 @@ class _Decoder:
             worker_id=int(data.get("worker_id") or 0),
             item=item,
             dispatched_at=float(data.get("first_attempt_at") or 0.0),
-            received=frozenset(int(i) for i in data.get("received") or ()),
+            received=SendIndexes.of(int(i) for i in data.get("received") or ()),
             collect_view=self.buffers(
                 data.get("collected_events") or {}, data.get("collect_generations") or {}
             ),
@@ -448,7 +451,7 @@ class _Decoder:
         return StepRunState(
             queue=PQueue.of(self.item(d, step) for d in data.get("queue") or ()),
             in_progress=PMap.of((inv.invocation_id, inv) for inv in in_progress),
-            busy_slots=frozenset(inv.worker_id for inv in in_progress),
+            slots=SlotPool.with_busy(inv.worker_id for inv in in_progress),
             collect_buffers=self.buffers(
                 data.get("collected_events") or {}, data.get("collect_generations") or {}
             ),
@@ -488,15 +491,23 @@ def _check_version(data: Mapping[str, Any]) -> None:
         )
 
 
-def _waiter_index(steps: Mapping[str, StepRunState]) -> dict[type, frozenset[tuple[str, str]]]:
-    index: dict[type, frozenset[tuple[str, str]]] = {}
+def _waiter_index(steps: Mapping[str, StepRunState]) -> WaiterIndex:
+    index = WaiterIndex()
     for name, step in steps.items():
         for waiter in step.waiters.values():
             if waiter.resolved_event is None and not waiter.timed_out:
-                index[waiter.event_type] = index.get(waiter.event_type, frozenset()) | {
-                    (name, waiter.waiter_id)
-                }
+                index = index.add(waiter.event_type, waiter.requirements, (name, waiter.waiter_id))
     return index
+
+
+_REQUIRED_WHEN_RUNNING = (
+    "workers",
+    "stream_seq",
+    "work_item_seq",
+    "invocation_seq",
+    "journal_seq",
+    "elapsed_alive",
+)
 
 
 def decode_snapshot(data: Any, config: RunConfig, serializer: BaseSerializer) -> RunState:
@@ -512,6 +523,14 @@ def decode_snapshot(data: Any, config: RunConfig, serializer: BaseSerializer) ->
     running = data.get("is_running", False)
     if not isinstance(running, bool):
         raise ContextSerdeError("cannot load snapshot: 'is_running' must be a boolean")
+    if running:
+        missing = [key for key in _REQUIRED_WHEN_RUNNING if key not in data]
+        if missing:
+            raise ContextSerdeError(
+                f"cannot load snapshot: the snapshot of a running workflow is missing "
+                f"{', '.join(repr(k) for k in missing)} (truncated or not a version-2 "
+                "snapshot?)"
+            )
     decoder = _Decoder(serializer, config)
     steps: dict[str, StepRunState] = {name: StepRunState() for name in config.steps}
     workers = data.get("workers") or {}
@@ -541,11 +560,11 @@ def decode_snapshot(data: Any, config: RunConfig, serializer: BaseSerializer) ->
     return RunState(
         config=config,
         steps=steps,
-        status="cancelled" if running else "pending",
+        status="running" if running else "pending",
         is_running=running,
         queued=queued if running else 0,
         running=in_flight if running else 0,
-        waiter_index=_waiter_index(steps) if running else {},
+        waiter_index=_waiter_index(steps) if running else WaiterIndex(),
         streams=streams,
         releases=releases,
         stream_seq=_int(data, "stream_seq"),

@@ -17,7 +17,6 @@ from tickwork.handler import WorkflowHandler
 from tickwork.journal.store import JournalError, JournalStore
 from tickwork.runtime.control_loop.reduce import reduce
 from tickwork.runtime.journal_codec import decode_tick
-from tickwork.runtime.types.evolve import evolve
 
 __all__ = ["load_run", "recover_runs", "resume_run"]
 
@@ -66,8 +65,6 @@ async def load_run(workflow: Any, run_id: str) -> Context[Any]:
             section = apply_state_patch(section, patch.patch)
         ctx._staging_store = InMemoryStateStore.from_dict(section, serializer)
         ctx._staging_store._bind_serializer(serializer)
-    if state.status == "running":
-        state = evolve(state, status="cancelled")
     ctx._restored = state
     return ctx
 

@@ -106,6 +106,11 @@ class SqliteJournal:
                 self._conn = None
 
     @staticmethod
+    def _require_run(conn: sqlite3.Connection, run_id: str) -> None:
+        if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+            raise JournalError(f"the journal has no run {run_id!r} (begin_run was never called)")
+
+    @staticmethod
     def _transaction(conn: sqlite3.Connection, body: Callable[[], None]) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -152,6 +157,7 @@ class SqliteJournal:
 
         def write(conn: sqlite3.Connection) -> None:
             def body() -> None:
+                self._require_run(conn, run_id)
                 try:
                     conn.executemany("INSERT INTO records VALUES (?, ?, ?)", rows)
                 except sqlite3.IntegrityError as error:
@@ -184,12 +190,17 @@ class SqliteJournal:
         text = json.dumps(snapshot)
 
         def write(conn: sqlite3.Connection) -> None:
-            self._transaction(conn, lambda: self._replace_snapshot(conn, run_id, seq, text))
+            def body() -> None:
+                self._require_run(conn, run_id)
+                self._replace_snapshot(conn, run_id, seq, text)
+
+            self._transaction(conn, body)
 
         await self._call(write)
 
     async def mark_finished(self, run_id: str, status: RunStatus) -> None:
         def write(conn: sqlite3.Connection) -> None:
+            self._require_run(conn, run_id)
             conn.execute("UPDATE runs SET status = ? WHERE run_id = ?", (status, run_id))
 
         await self._call(write)

@@ -118,7 +118,7 @@ def _encode_outcome(outcome: StepOutcome, serializer: BaseSerializer) -> dict[st
         "kind": "suspended",
         "waiter_id": request.waiter_id,
         "event_type": qualified_name(request.event_type),
-        "has_requirements": bool(request.requirements),
+        "has_requirements": bool(request.requirements) or request.has_requirements,
         "waiter_event": _event(request.waiter_event, serializer),
         "timeout": request.timeout,
         "collect_ops": [_encode_op(op, serializer) for op in outcome.collect_ops],
@@ -144,6 +144,7 @@ def _decode_outcome(data: dict[str, Any], serializer: BaseSerializer) -> StepOut
             requirements=None,
             waiter_event=_load_event(data.get("waiter_event"), serializer),
             timeout=data.get("timeout"),
+            has_requirements=bool(data.get("has_requirements", False)),
         )
         return Suspended(request, sends, ops, deleted)
     raise ValueError(f"unknown step outcome kind {kind!r} in journal record")

@@ -57,7 +57,9 @@ from tickwork.runtime.types.commands import (
 from tickwork.runtime.types.evolve import evolve as replace
 from tickwork.runtime.types.persistent import PMap, PQueue
 from tickwork.runtime.types.results import Completed, Failed, Suspended
+from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.state import (
+    NO_SENDS,
     Invocation,
     ReleaseState,
     RunState,
@@ -82,11 +84,11 @@ from tickwork.runtime.types.ticks import (
 from tickwork.runtime.types.ticks import (
     PublishEvent as PublishTick,
 )
+from tickwork.runtime.types.waiter_index import WaiterIndex
 
 __all__ = ["initial_state", "reduce"]
 
 _FRESH_STEP = StepRunState()
-_NO_SENDS: frozenset[int] = frozenset()
 _NO_WAITERS: Mapping[str, Waiter] = {}
 _log = logging.getLogger("tickwork.runtime")
 
@@ -124,7 +126,7 @@ class _Tx:
     is_running: bool
     queued: int
     running: int
-    waiter_index: Mapping[type, frozenset[tuple[str, str]]]
+    waiter_index: WaiterIndex
     streams: PMap[str, StreamState]
     releases: PMap[str, ReleaseState]
     stream_seq: int
@@ -249,24 +251,19 @@ def _schedule_idle_check_if_quiescent(tx: _Tx, tick: Tick) -> None:
         tx.emit(ScheduleIdleCheck())
 
 
-def _smallest_free_slot(spec: StepSpec, step_state: StepRunState) -> int | None:
-    busy = step_state.busy_slots
-    if len(busy) >= spec.num_workers:
-        return None
-    slot = 0
-    while slot in busy:
-        slot += 1
-    return slot
+def _has_free_slot(spec: StepSpec, step_state: StepRunState) -> bool:
+    return step_state.slots.busy < spec.num_workers
 
 
-def _start_invocation(tx: _Tx, step: str, item: WorkItem, slot: int) -> None:
-    """Dispatch ``item`` to ``slot``: record the invocation and ask for a worker."""
+def _start_invocation(tx: _Tx, step: str, item: WorkItem) -> None:
+    """Dispatch ``item`` to the smallest free slot: record the invocation, ask for a worker."""
     current = tx.step(step)
+    slot, slots = current.slots.acquire()
     waiters = current.waiters
     item_waiters = current.waiters_by_item.get(item.work_item_id) if waiters else None
     resumed = item.resume_identity
     if resumed is None:
-        inv_id, received = tx.mint_invocation(), _NO_SENDS
+        inv_id, received = tx.mint_invocation(), NO_SENDS
     else:
         (inv_id, received), item = resumed, replace(item, resume_identity=None)
     invocation = Invocation(
@@ -282,7 +279,7 @@ def _start_invocation(tx: _Tx, step: str, item: WorkItem, slot: int) -> None:
     tx.steps[step] = StepRunState(
         current.queue,
         current.in_progress.set(inv_id, invocation),
-        current.busy_slots | {slot},
+        slots,
         current.collect_buffers,
         current.join_buffer,
         waiters,
@@ -295,9 +292,8 @@ def _start_invocation(tx: _Tx, step: str, item: WorkItem, slot: int) -> None:
 
 def _dispatch_or_queue(tx: _Tx, step: str, item: WorkItem) -> None:
     """Run ``item`` in the smallest free slot, or queue it (publishing PREPARING)."""
-    slot = _smallest_free_slot(tx.spec(step), tx.step(step))
-    if slot is not None:
-        _start_invocation(tx, step, item, slot)
+    if _has_free_slot(tx.spec(step), tx.step(step)):
+        _start_invocation(tx, step, item)
         return
     current = tx.step(step)
     tx.put_step(step, replace(current, queue=current.queue.append(item)))
@@ -313,8 +309,7 @@ def _drain_queue(tx: _Tx, step: str) -> None:
         current = tx.step(step)
         if not current.queue:
             return
-        slot = _smallest_free_slot(spec, current)
-        if slot is None:
+        if not _has_free_slot(spec, current):
             return
         item, rest = current.queue.pop_first(
             lambda it: it.not_before is None or it.not_before <= now
@@ -323,7 +318,7 @@ def _drain_queue(tx: _Tx, step: str) -> None:
             return
         tx.put_step(step, replace(current, queue=rest))
         tx.queued += -1
-        _start_invocation(tx, step, item, slot)
+        _start_invocation(tx, step, item)
 
 
 # ------------------------------------------------------------------------ session start
@@ -364,7 +359,7 @@ def _rewind_in_flight(tx: _Tx) -> None:
                 current,
                 queue=queue,
                 in_progress=type(current.in_progress)(),
-                busy_slots=frozenset(),
+                slots=SlotPool(),
             ),
         )
         tx.queued += len(interrupted)
@@ -374,12 +369,24 @@ def _rewind_in_flight(tx: _Tx) -> None:
 
 
 def _arm_delayed_retries(tx: _Tx) -> None:
-    """Schedule a wakeup for every queued retry that is not due yet."""
+    """After a resume, arm the wakeup chain of every step with delayed retries."""
     for step in tx.base.steps:
-        due = [it.not_before for it in tx.step(step).queue if it.not_before is not None]
-        future = [t for t in due if t > tx.now]
-        if future:
-            tx.emit(ScheduleWakeup(min(future), step))
+        _arm_next_delayed_retry(tx, step)
+
+
+def _arm_next_delayed_retry(tx: _Tx, step: str) -> None:
+    """Schedule a wakeup for the earliest queued retry of ``step`` not due yet.
+
+    Each wakeup re-arms the next one, so every delayed retry gets dispatched, not only
+    the earliest.  Cost: O(queued delayed items of the step), which stay at the front.
+    """
+    future = [
+        it.not_before
+        for it in tx.step(step).queue
+        if it.not_before is not None and it.not_before > tx.now
+    ]
+    if future:
+        tx.emit(ScheduleWakeup(min(future), step))
 
 
 def _rerun_waiters_with_requirements(tx: _Tx) -> None:
@@ -422,7 +429,7 @@ def _claim_emission(tx: _Tx, tick: AddEvent) -> bool:
     invocation = current.in_progress.get(inv_id)
     if invocation is None or index in invocation.received:
         return False
-    updated = replace(invocation, received=invocation.received | {index})
+    updated = replace(invocation, received=invocation.received.add(index))
     tx.put_step(
         tick.source_step, replace(current, in_progress=current.in_progress.set(inv_id, updated))
     )
@@ -604,11 +611,10 @@ def _resolve_waiters(tx: _Tx, event: Any) -> set[str]:
     index = tx.waiter_index
     if not index:
         return set()
-    candidates: list[tuple[str, str]] = []
-    for etype in type(event).__mro__:
-        candidates.extend(index.get(etype, ()))
     woken: set[str] = set()
-    for step, waiter_id in sorted(candidates):
+    # Sorted: the index iterates in hash order, and resolution order decides dispatch
+    # order, which must not depend on the process (replay elsewhere must agree).
+    for step, waiter_id in sorted(set(index.candidates(event))):
         current = tx.step(step)
         waiter = current.waiters.get(waiter_id)
         if waiter is None or not waiter.matches(event):
@@ -622,21 +628,15 @@ def _resolve_waiters(tx: _Tx, event: Any) -> set[str]:
 
 
 def _index_waiter(tx: _Tx, step: str, waiter: Waiter) -> None:
-    index = dict(tx.waiter_index)
-    index[waiter.event_type] = index.get(waiter.event_type, frozenset()) | {
-        (step, waiter.waiter_id)
-    }
-    tx.waiter_index = index
+    tx.waiter_index = tx.waiter_index.add(
+        waiter.event_type, waiter.requirements, (step, waiter.waiter_id)
+    )
 
 
 def _unindex_waiter(tx: _Tx, step: str, waiter: Waiter) -> None:
-    index = dict(tx.waiter_index)
-    remaining = index.get(waiter.event_type, frozenset()) - {(step, waiter.waiter_id)}
-    if remaining:
-        index[waiter.event_type] = remaining
-    else:
-        index.pop(waiter.event_type, None)
-    tx.waiter_index = index
+    tx.waiter_index = tx.waiter_index.remove(
+        waiter.event_type, waiter.requirements, (step, waiter.waiter_id)
+    )
 
 
 def _register_waiter(tx: _Tx, invocation: Invocation, outcome: Suspended) -> None:
@@ -654,6 +654,7 @@ def _register_waiter(tx: _Tx, invocation: Invocation, outcome: Suspended) -> Non
         timeout=request.timeout,
         registered_alive=(existing.registered_alive if existing is not None else tx.elapsed_alive),
         subclass_mode=tx.spec(step).subclass_mode,
+        has_requirements=bool(request.requirements) or request.has_requirements,
     )
     item_id = invocation.item.work_item_id
     by_item = current.waiters_by_item.get(item_id, frozenset()) | {request.waiter_id}
@@ -767,7 +768,7 @@ def _release_slot(tx: _Tx, invocation: Invocation) -> None:
     tx.steps[step] = StepRunState(
         current.queue,
         current.in_progress.delete(invocation.invocation_id),
-        current.busy_slots - {invocation.worker_id},
+        current.slots.release(invocation.worker_id),
         current.collect_buffers,
         current.join_buffer,
         current.waiters,
@@ -804,7 +805,7 @@ def _finish_invocation(
 def _rerun_stale_invocation(tx: _Tx, invocation: Invocation) -> None:
     """The collect view went stale: run the same work item again, silently."""
     _release_slot(tx, invocation)
-    _start_invocation(tx, invocation.step, invocation.item, invocation.worker_id)
+    _start_invocation(tx, invocation.step, invocation.item)
 
 
 def _apply_completion(tx: _Tx, invocation: Invocation, outcome: Completed) -> None:
@@ -1051,7 +1052,7 @@ def _cancel_all_workers(tx: _Tx, keep_records: bool) -> list[str]:
     if not keep_records:
         tx.queued = 0
         tx.running = 0
-        tx.waiter_index = {}
+        tx.waiter_index = WaiterIndex()
         tx.streams = PMap()
         tx.releases = PMap()
     return sorted(active)
@@ -1126,9 +1127,10 @@ def _process_publish(tx: _Tx, tick: PublishTick) -> None:
 
 
 def _process_wakeup(tx: _Tx, tick: Wakeup) -> None:
-    """A delayed retry is due: try to dispatch it."""
+    """A delayed retry is due: dispatch it, and keep a wakeup for the next one."""
     if tx.live:
         _drain_queue(tx, tick.step)
+        _arm_next_delayed_retry(tx, tick.step)
 
 
 def _process_idle_check(tx: _Tx, tick: IdleCheck) -> None:
@@ -1143,7 +1145,7 @@ def _process_idle_check(tx: _Tx, tick: IdleCheck) -> None:
 def _fail_stuck_stream(tx: _Tx) -> bool:
     """At a confirmed idle point, fail the run if an open stream can never close."""
     streams = tx.streams
-    if not streams:
+    if not streams and not tx.releases:
         return False
     waiting_paths = [
         waiter.item.scope_path
@@ -1151,6 +1153,16 @@ def _fail_stuck_stream(tx: _Tx) -> bool:
         for waiter in tx.step(step).waiters.values()
         if waiter.resolved_event is None
     ]
+    for key, release in sorted(tx.releases.items()):
+        if release.stream_id not in streams:
+            binding = tx.base.config.bindings_by_id.get(release.binding_id)
+            source = binding.producer if binding is not None else "<unknown>"
+            error = WorkflowRuntimeError(
+                f"the collect buffer {key} of step {source!r} belongs to a stream that no "
+                "longer exists, so its join can never fire"
+            )
+            _fail_run(tx, source, error, attempts=None, elapsed=None)
+            return True
     for sid in sorted(streams.keys()):
         if any(sid in path for path in waiting_paths):
             continue

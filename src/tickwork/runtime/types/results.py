@@ -48,6 +48,7 @@ class WaiterRequest:
     requirements: Mapping[str, Any] | None
     waiter_event: Any
     timeout: float | None
+    has_requirements: bool = False
 
 
 @dataclass(slots=True)

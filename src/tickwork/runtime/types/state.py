@@ -14,11 +14,13 @@ only what it touches.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tickwork.runtime.types.persistent import PList, PMap, PQueue
+from tickwork.runtime.types.slots import SlotPool
+from tickwork.runtime.types.waiter_index import WaiterIndex
 
 __all__ = [
     "BindingSpec",
@@ -28,7 +30,9 @@ __all__ = [
     "Invocation",
     "RunConfig",
     "RunState",
+    "NO_SENDS",
     "RunStatus",
+    "SendIndexes",
     "StepRunState",
     "StepSpec",
     "Waiter",
@@ -136,7 +140,7 @@ class WorkItem:
     last_exception: BaseException | None = None
     last_failed_at: float | None = None
     not_before: float | None = None
-    resume_identity: tuple[str, frozenset[int]] | None = None
+    resume_identity: tuple[str, SendIndexes] | None = None
 
 
 @dataclass(slots=True)
@@ -183,6 +187,64 @@ class Waiter:
         return True
 
 
+class SendIndexes:
+    """The send indexes of an invocation already routed: a watermark plus stragglers.
+
+    Sends arrive in call order, so the routed set is almost always ``0..n-1``; keeping it
+    as a count makes recording one more send O(1) instead of copying a set of size n.
+    """
+
+    __slots__ = ("_extra", "_upto")
+
+    def __init__(self, upto: int = 0, extra: frozenset[int] = frozenset()) -> None:
+        self._upto = upto
+        self._extra = extra
+
+    @classmethod
+    def of(cls, indexes: Iterable[int]) -> SendIndexes:
+        """The set holding ``indexes``."""
+        out = cls()
+        for index in sorted(indexes):
+            out = out.add(index)
+        return out
+
+    def __contains__(self, index: object) -> bool:
+        return isinstance(index, int) and (0 <= index < self._upto or index in self._extra)
+
+    def add(self, index: int) -> SendIndexes:
+        """A new set that also holds ``index``."""
+        if index in self:
+            return self
+        if index != self._upto:
+            return SendIndexes(self._upto, self._extra | {index})
+        upto, extra = index + 1, self._extra
+        while upto in extra:
+            extra = extra - {upto}
+            upto += 1
+        return SendIndexes(upto, extra)
+
+    def __iter__(self) -> Iterator[int]:
+        yield from range(self._upto)
+        yield from sorted(self._extra)
+
+    def __len__(self) -> int:
+        return self._upto + len(self._extra)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SendIndexes):
+            return self._upto == other._upto and self._extra == other._extra
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self._upto, self._extra))
+
+    def __repr__(self) -> str:
+        return f"SendIndexes(upto={self._upto}, extra={sorted(self._extra)})"
+
+
+NO_SENDS = SendIndexes()
+
+
 @dataclass(slots=True)
 class Invocation:
     """One execution of a step body for a work item, and what it saw at dispatch."""
@@ -192,7 +254,7 @@ class Invocation:
     worker_id: int
     item: WorkItem
     dispatched_at: float
-    received: frozenset[int] = frozenset()
+    received: SendIndexes = NO_SENDS
     collect_view: Mapping[str, CollectBuffer] = field(default_factory=dict)
     waiters_view: Mapping[str, Waiter] = field(default_factory=dict)
 
@@ -224,11 +286,16 @@ class StepRunState:
 
     queue: PQueue[WorkItem] = field(default_factory=PQueue)
     in_progress: PMap[str, Invocation] = field(default_factory=PMap)
-    busy_slots: frozenset[int] = frozenset()
+    slots: SlotPool = field(default_factory=SlotPool)
     collect_buffers: Mapping[str, CollectBuffer] = field(default_factory=dict)
     join_buffer: tuple[Any, ...] = ()
     waiters: PMap[str, Waiter] = field(default_factory=PMap)
     waiters_by_item: PMap[str, frozenset[str]] = field(default_factory=PMap)
+
+    @property
+    def busy_slots(self) -> frozenset[int]:
+        """The slots of the running invocations (O(running); for inspection)."""
+        return frozenset(inv.worker_id for inv in self.in_progress.values())
 
 
 @dataclass(slots=True)
@@ -236,7 +303,7 @@ class RunState:
     """Everything the reducer knows about one run.
 
     ``queued``/``running`` count work across all steps so that quiescence is O(1);
-    ``waiter_index`` maps an awaited type to its ``(step, waiter_id)`` pairs so that an
+    ``waiter_index`` finds the waiters an event resolves (:mod:`.waiter_index`) so that an
     added event finds its waiters without scanning every step.
     """
 
@@ -246,7 +313,7 @@ class RunState:
     is_running: bool = False
     queued: int = 0
     running: int = 0
-    waiter_index: Mapping[type, frozenset[tuple[str, str]]] = field(default_factory=dict)
+    waiter_index: WaiterIndex = field(default_factory=WaiterIndex)
     streams: PMap[str, StreamState] = field(default_factory=PMap)
     releases: PMap[str, ReleaseState] = field(default_factory=PMap)
     stream_seq: int = 0

@@ -1,0 +1,90 @@
+"""Worker slots of one step: the smallest free slot in O(log n), persistently.
+
+A step has ``num_workers`` slots and a dispatched work item takes the smallest free one
+(api.md §19.2).  Scanning the busy set for the first gap costs O(running), which a step
+with thousands of workers pays on every dispatch; instead the pool keeps a high-water
+mark (every slot at or above it has never been used) and a persistent leftist heap of
+the freed slots below it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["SlotPool"]
+
+# A leftist heap node: (rank, slot, left, right), or None for the empty heap.
+_Heap = Any
+
+
+def _rank(heap: _Heap) -> int:
+    return 0 if heap is None else int(heap[0])
+
+
+def _merge(a: _Heap, b: _Heap) -> _Heap:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if b[1] < a[1]:
+        a, b = b, a
+    _, slot, left, right = a
+    merged = _merge(right, b)
+    if _rank(left) < _rank(merged):
+        left, merged = merged, left
+    return (_rank(merged) + 1, slot, left, merged)
+
+
+class SlotPool:
+    """The busy count, the high-water mark and the freed slots of one step."""
+
+    __slots__ = ("_free", "_high", "busy")
+
+    def __init__(self, busy: int = 0, high: int = 0, free: _Heap = None) -> None:
+        self.busy = busy
+        self._high = high
+        self._free = free
+
+    @classmethod
+    def with_busy(cls, slots: Iterable[int]) -> SlotPool:
+        """A pool where exactly ``slots`` are taken."""
+        taken = set(slots)
+        high = max(taken) + 1 if taken else 0
+        free: _Heap = None
+        for slot in range(high):
+            if slot not in taken:
+                free = _merge(free, (1, slot, None, None))
+        return cls(len(taken), high, free)
+
+    def acquire(self) -> tuple[int, SlotPool]:
+        """The smallest free slot and the pool with it taken."""
+        if self._free is not None:
+            _, slot, left, right = self._free
+            return slot, SlotPool(self.busy + 1, self._high, _merge(left, right))
+        return self._high, SlotPool(self.busy + 1, self._high + 1, None)
+
+    def release(self, slot: int) -> SlotPool:
+        """The pool with ``slot`` free again."""
+        return SlotPool(self.busy - 1, self._high, _merge(self._free, (1, slot, None, None)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SlotPool):
+            return NotImplemented
+        return self.busy == other.busy and self._free_list() == other._free_list()
+
+    def __hash__(self) -> int:  # pragma: no cover - pools are not used as keys
+        return hash((self.busy, tuple(self._free_list())))
+
+    def _free_list(self) -> list[int]:
+        out: list[int] = []
+        stack = [self._free]
+        while stack:
+            node = stack.pop()
+            if node is not None:
+                out.append(node[1])
+                stack.extend((node[2], node[3]))
+        return sorted(out)
+
+    def __repr__(self) -> str:
+        return f"SlotPool(busy={self.busy}, high={self._high}, free={self._free_list()})"
