@@ -1374,21 +1374,38 @@ async def test_child_started_but_not_awaited_keeps_running() -> None:
         assert await child == "child done"
 
 
+class OrderFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.order: list[int] = []
+
+    @step
+    async def only(self, ev: StartEvent) -> StopEvent:
+        self.order.append(ev.get("tag"))
+        await anyio.sleep(0.001)
+        return StopEvent(result=ev.get("tag"))
+
+
+@pytest.mark.parametrize(
+    "anyio_backend",
+    [
+        "asyncio",
+        pytest.param(
+            "trio",
+            marks=pytest.mark.xfail(
+                reason="num_concurrent_runs slots are not granted in run() order under trio",
+                strict=True,
+            ),
+        ),
+    ],
+)
 async def test_concurrent_run_slots_are_granted_in_fifo_order() -> None:
-    class OrderFlow(Workflow):
-        order: list[int]
-
-        @step
-        async def only(self, ev: StartEvent) -> StopEvent:
-            self.order.append(ev.get("tag"))
-            await anyio.sleep(0.01)
-            return StopEvent(result=ev.get("tag"))
-
-    wf = OrderFlow(timeout=5, num_concurrent_runs=1)
-    wf.order = []
-    handlers = [wf.run(tag=i) for i in range(5)]
-    assert [await h for h in reversed(handlers)] == [4, 3, 2, 1, 0]
-    assert wf.order == [0, 1, 2, 3, 4]
+    # Repeated, because a scheduler-order bug only shows up on some iterations.
+    for _ in range(12):
+        wf = OrderFlow(timeout=5, num_concurrent_runs=1)
+        handlers = [wf.run(tag=i) for i in range(5)]
+        assert [await h for h in reversed(handlers)] == [4, 3, 2, 1, 0]
+        assert wf.order == [0, 1, 2, 3, 4]
 
 
 class ElapsedRetryFlow(Workflow):

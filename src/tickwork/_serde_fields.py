@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -37,8 +38,22 @@ def qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-# Successful resolutions, so decoding a journal does not re-import per record.
-_IMPORTED: dict[str, type] = {}
+# Where each resolved name was found: (module name, attribute path).  A hit re-walks the
+# path from ``sys.modules`` (two or three getattrs), so a re-executed or reloaded module
+# resolves to its current class, while the costly part (finding which prefix of the name
+# is an importable module) runs once per name.
+_LOCATIONS: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+
+def _walk(module_name: str, attrs: tuple[str, ...]) -> Any:
+    obj: Any = sys.modules.get(module_name)
+    if obj is None:
+        return None
+    for attr in attrs:
+        obj = getattr(obj, attr, None)
+        if obj is None:
+            return None
+    return obj
 
 
 def resolve_by_import(name: str) -> type:
@@ -47,25 +62,25 @@ def resolve_by_import(name: str) -> type:
     Raises ``ImportError`` naming ``name`` when nothing resolves (classes defined inside
     functions, with ``<locals>`` in their qualname, can never be imported).
     """
-    cached = _IMPORTED.get(name)
-    if cached is not None:
-        return cached
+    location = _LOCATIONS.get(name)
+    if location is not None:
+        found = _walk(*location)
+        if isinstance(found, type):
+            return found
     parts = name.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:cut])
         try:
-            obj: Any = importlib.import_module(module_name)
+            importlib.import_module(module_name)
         except ImportError:
             continue
-        try:
-            for attr in parts[cut:]:
-                obj = getattr(obj, attr)
-        except AttributeError:
-            continue
+        attrs = tuple(parts[cut:])
+        obj = _walk(module_name, attrs)
         if isinstance(obj, type):
-            _IMPORTED[name] = obj
+            _LOCATIONS[name] = (module_name, attrs)
             return obj
-        break
+        if obj is not None:
+            break
     raise ImportError(f"cannot resolve class {name!r} by import")
 
 

@@ -31,6 +31,7 @@ from tickwork.representation.checks import check_catch_error_structure, validate
 from tickwork.resource import ResourceManager
 from tickwork.resource_checks import validate_step_resources
 from tickwork.runtime.config import build_run_config
+from tickwork.runtime.run_slots import RunSlots
 from tickwork.runtime.session import RunSession
 from tickwork.runtime.types.state import RunConfig
 from tickwork.runtime.verbose import VerbosePrinter, choose_sink
@@ -233,7 +234,7 @@ class Workflow(metaclass=WorkflowMeta):
 
     def _verbose_printer(self) -> VerbosePrinter:
         """The printer of verbose runs (its sink was chosen at construction)."""
-        return VerbosePrinter(self._verbose_sink or print)
+        return VerbosePrinter(self._verbose_sink or print, self._timeout)
 
     # -- steps ----------------------------------------------------------------------------
 
@@ -295,6 +296,7 @@ class Workflow(metaclass=WorkflowMeta):
                     self._start_event_class,
                     set(self._skip_graph_checks),
                 )
+                validate_step_resources(steps, configs=True, factories=False)
             self._validated_version = version
         return self._reducer_config()
 
@@ -398,7 +400,5 @@ class Workflow(metaclass=WorkflowMeta):
         if self._num_concurrent_runs is None:
             return None
         if self._run_slots is None:
-            import anyio
-
-            self._run_slots = anyio.Semaphore(self._num_concurrent_runs)
+            self._run_slots = RunSlots(self._num_concurrent_runs)
         return self._run_slots

@@ -6,13 +6,21 @@
 * :class:`Review` — the drawing showcase: a fan-out with a join, a ``@catch_error``
   handler, a human-in-the-loop round trip and a resource.
 * :class:`Boom` — a step that always fails, for the run-failure exit status.
+* :class:`Crashy` — kills its process once, so that ``tickwork runs resume`` can finish it.
+* :class:`Echo`, :class:`Count`, :class:`Opaque` — results that show how ``key=value``
+  arguments are parsed and how results are printed (JSON, a typed stop event, ``repr``).
+* :class:`Sleepy` — sleeps, for the timeout exit status.
 * ``shout_instance`` — a ready Workflow *instance* (``MODULE:ATTRIBUTE`` may name one).
 * ``NOT_A_WORKFLOW`` — an attribute that is not a workflow, for the error case.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Annotated
+
+import anyio
 
 from tickwork import (
     Context,
@@ -67,6 +75,7 @@ class Shout(Workflow):
 
     @step(num_workers=2)
     async def shout(self, ctx: Context, ev: Word) -> Loud:
+        await anyio.sleep(0.02)  # slow enough for the command to see the stream's progress
         ctx.write_event_to_stream(Progress(message=f"shouted {ev.text}"))
         return Loud(index=ev.index, text=ev.text.upper())
 
@@ -130,9 +139,7 @@ class Review(Workflow):
         return [Draft(topic=t) for t in ev.topics]
 
     @step
-    async def write(
-        self, ev: Draft, client: Annotated[Client, Resource(make_client)]
-    ) -> Section:
+    async def write(self, ev: Draft, client: Annotated[Client, Resource(make_client)]) -> Section:
         """Write one section."""
         return Section(topic=ev.topic, text=client.write(ev.topic))
 
@@ -158,6 +165,71 @@ class Boom(Workflow):
     @step
     async def explode(self, ev: StartEvent) -> StopEvent:
         raise RuntimeError("kaboom")
+
+
+class Ready(Event):
+    """``prepare`` is done; ``marker`` is the file that remembers the crash."""
+
+    marker: str
+
+
+class Crashy(Workflow):
+    """Kills its own process the first time ``fragile`` runs, to be resumed from a journal.
+
+    The crash happens while ``marker`` does not exist (it is created just before), so the
+    resumed run gets past it.
+    """
+
+    @step
+    async def prepare(self, ev: StartEvent) -> Ready:
+        return Ready(marker=str(ev.marker))
+
+    @step
+    async def fragile(self, ev: Ready) -> StopEvent:
+        marker = Path(ev.marker)
+        if not marker.exists():
+            marker.write_text("crashed once", encoding="utf-8")
+            os._exit(17)  # a hard crash: no cleanup, no final journal status
+        return StopEvent(result="recovered")
+
+
+class Echo(Workflow):
+    """Return the start event's fields, each with the name of its value's type."""
+
+    @step
+    async def echo(self, ev: StartEvent) -> StopEvent:
+        return StopEvent(result={k: [type(v).__name__, v] for k, v in ev.to_dict().items()})
+
+
+class Sleepy(Workflow):
+    """Sleeps ``seconds`` (default 5), for the timeout exit status."""
+
+    @step
+    async def nap(self, ev: StartEvent) -> StopEvent:
+        await anyio.sleep(float(ev.get("seconds", 5)))
+        return StopEvent(result="rested")
+
+
+class Tally(StopEvent):
+    """A typed stop event: the command prints it as JSON."""
+
+    total: int
+
+
+class Count(Workflow):
+    """Count the entries of ``names`` and finish with a :class:`Tally`."""
+
+    @step
+    async def count(self, ev: StartEvent) -> Tally:
+        return Tally(total=len(ev.names))
+
+
+class Opaque(Workflow):
+    """Finishes with a result JSON cannot encode, so the command prints its ``repr``."""
+
+    @step
+    async def make(self, ev: StartEvent) -> StopEvent:
+        return StopEvent(result=frozenset({"only"}))
 
 
 NOT_A_WORKFLOW = 42

@@ -243,24 +243,6 @@ async def test_a_gap_names_the_run_and_the_seq(make_store: StoreFactory, tmp_pat
     assert "expected seq 2" in message and "seq 3" in message
 
 
-@pytest.mark.parametrize(
-    "make_store",
-    [
-        _memory,
-        pytest.param(
-            _sqlite,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "SqliteJournal accepts append/mark_finished/write_snapshot for a run "
-                    "it never registered (orphan rows), while the protocol says an unknown "
-                    "run is a JournalError and InMemoryJournal raises"
-                ),
-            ),
-        ),
-    ],
-    ids=["memory", "sqlite"],
-)
 async def test_writes_for_an_unknown_run_raise(make_store: StoreFactory, tmp_path: Path) -> None:
     store = make_store(tmp_path)
     for write in (
@@ -534,6 +516,20 @@ async def test_a_resumed_run_continues_the_journal_numbering() -> None:
     assert [r.seq for r in records] == list(range(start, start + len(records)))
 
 
+class Opaque:
+    """A dynamic-field value JSON cannot express."""
+
+
+async def test_an_unencodable_payload_fails_the_iterator_not_the_run() -> None:
+    handler = Chain(journal=True).run(opaque=Opaque())
+    assert await handler == 3
+    seen: list[JournalRecord] = []
+    with pytest.raises(ValueError, match="StartEvent"):
+        async for r in handler.journal():
+            seen.append(r)
+    assert [r.data["type"] for r in seen] == ["session_start"]
+
+
 async def test_handler_journal_without_journaling_raises() -> None:
     handler = Chain().run()
     assert await handler == 3
@@ -580,14 +576,6 @@ class LongFlow(Workflow):
         return StopEvent(result=(ev.i, reply.text))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "load_run after a mid-session compacting snapshot ignores the records written "
-        "after it (the decoded snapshot state is 'cancelled'), so recovery restarts from "
-        "the compaction point: the waiter is lost and ~100 finished hops run again"
-    ),
-)
 async def test_recovery_after_a_compacting_snapshot_keeps_the_tail(
     make_store: StoreFactory, tmp_path: Path
 ) -> None:

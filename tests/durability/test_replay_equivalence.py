@@ -365,14 +365,6 @@ def test_records_below_the_state_journal_seq_are_skipped() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "§18.2 restore pattern: a mid-session snapshot decodes with status 'cancelled', so "
-        "folding the records written after it is silently ignored (journal_seq advances, "
-        "nothing else changes); this also breaks load_run after a compacting snapshot"
-    ),
-)
 def test_folding_the_tail_onto_a_decoded_mid_session_snapshot() -> None:
     wf, records = _journal_of_a_chain()
     s0 = ReducerKit(wf).state

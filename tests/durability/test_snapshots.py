@@ -604,10 +604,15 @@ async def test_a_hard_abort_leaves_the_last_processed_state_resumable() -> None:
         await handler
     after = handler.ctx.to_dict()
     assert after["is_running"] is True
+    resumable = round_trip(after)
+    # The same pending work (budgets may have accrued a little alive time since).
+    for snap in (before, after):
+        for waiter in snap["workers"]["ask"]["collected_waiters"]:
+            waiter.pop("timeout_spent")
     assert after["workers"] == before["workers"]
     assert after["journal_seq"] >= before["journal_seq"]
     fresh = AskFlow()
-    resumed = fresh.run(ctx=Context.from_dict(fresh, round_trip(after)))
+    resumed = fresh.run(ctx=Context.from_dict(fresh, resumable))
     resumed.ctx.send_event(Reply(text="Gus"))
     assert await resumed == "hello Gus"
 
@@ -998,14 +1003,6 @@ def test_a_waiter_missing_a_required_key_names_step_and_key(
     assert isinstance(error.__cause__, KeyError)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "§10.4: a truncated version-2 running snapshot missing a normative key loads "
-        "silently (pending waiters dropped, id/journal counters reset to 0) instead of "
-        "raising ContextSerdeError naming the key"
-    ),
-)
 @pytest.mark.parametrize(
     "key",
     ["workers", "stream_seq", "work_item_seq", "invocation_seq", "journal_seq", "elapsed_alive"],

@@ -82,7 +82,23 @@ def fingerprint(obj: Any) -> Any:
         return ("set", _sorted(fingerprint(x) for x in obj))
     if isinstance(obj, (list, tuple)):
         return (type(obj).__name__, tuple(fingerprint(x) for x in obj))
+    attributes = _attributes(obj)
+    if attributes is not None:  # a plain (slotted) value class of the state
+        return ("object", type(obj).__qualname__, fingerprint(attributes))
     raise TypeError(f"cannot fingerprint {type(obj).__qualname__}")
+
+
+def _attributes(obj: Any) -> dict[str, Any] | None:
+    """The instance attributes of ``obj`` (``__slots__`` and ``__dict__``), if any."""
+    names: list[str] = []
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        names.extend([slots] if isinstance(slots, str) else slots)
+    skip = ("__dict__", "__weakref__")
+    found = {n: getattr(obj, n) for n in names if n not in skip and hasattr(obj, n)}
+    if hasattr(obj, "__dict__"):
+        found.update(vars(obj))
+    return found if (names or hasattr(obj, "__dict__")) else None
 
 
 def summary(commands: Iterable[Any]) -> list[tuple[Any, ...]]:

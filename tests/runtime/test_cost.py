@@ -247,13 +247,6 @@ def test_buffering_into_a_large_list_join_release_is_flat() -> None:
     assert_flat(build)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="_claim_emission copies the invocation's `received` frozenset on every keyed "
-    "send (received | {index}): a step that sends N events costs O(N) per send, O(N^2) "
-    "in all (the send_collect benchmark must be linear)",
-)
 def test_a_keyed_send_after_many_sends_is_flat() -> None:
     def build(size: int) -> tuple[RunState, Tick]:
         kit = ReducerKit(QueueFlow())
@@ -280,13 +273,6 @@ def _parked(size: int) -> ReducerKit:
     return kit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="waiter_index maps an event type to a frozenset of (step, waiter_id): "
-    "_index_waiter/_unindex_waiter copy the whole set, so registering a waiter costs "
-    "O(parked waiters of that type)",
-)
 def test_registering_a_waiter_among_many_parked_ones_is_flat() -> None:
     def build(size: int) -> tuple[RunState, Tick]:
         kit = _parked(size)
@@ -297,13 +283,6 @@ def test_registering_a_waiter_among_many_parked_ones_is_flat() -> None:
     assert_flat(build)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="_resolve_waiters collects, sorts and matches every waiter indexed under the "
-    "event's type: one reply among N parked waiters (distinct requirements) costs "
-    "O(N log N)",
-)
 def test_resolving_one_waiter_among_many_parked_ones_is_flat() -> None:
     def build(size: int) -> tuple[RunState, Tick]:
         kit = _parked(size)
@@ -312,13 +291,6 @@ def test_resolving_one_waiter_among_many_parked_ones_is_flat() -> None:
     assert_flat(build)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a dispatch scans busy slots from 0 (_smallest_free_slot) and copies "
-    "busy_slots (a frozenset) on every start/finish: with N running invocations of a "
-    "step, one dispatch costs O(N)",
-)
 def test_dispatching_next_to_many_running_invocations_is_flat() -> None:
     def build(size: int) -> tuple[RunState, Tick]:
         kit = ReducerKit(WideFlow())

@@ -27,7 +27,6 @@ __all__ = [
     "JsonPickleSerializer",
     "JsonSerializer",
     "PickleSerializer",
-    "register_framework_types",
 ]
 
 _PYDANTIC_MARKER = "__is_pydantic"

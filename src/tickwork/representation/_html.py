@@ -22,17 +22,15 @@ from typing import Any
 
 from tickwork.representation._drawing import DrawnEdge, EdgeKind, WorkflowDrawing
 from tickwork.representation._layout import Layout, layered_layout
+from tickwork.representation._routes import EdgeRoute, format_number, route_edge
 from tickwork.representation.model import WorkflowGraphNode
 
 __all__ = ["render_html"]
 
 _CHAR_WIDTH = 7.8  # 13px monospace, so label widths are predictable
 _MAX_LABEL = 40
-_SIDE_OFFSET = 44.0  # how far a back edge swings out to the right
-_SIDE_GAP = 22.0  # clearance between a detouring edge and the nodes it avoids
-_SIDE_STEP = 12.0  # spacing between edges routed around the same side
+_LABEL_CHAR_WIDTH = 6.6  # 11px sans-serif, a generous average
 _CANVAS_PAD = 16.0
-_LAYERING_KINDS: frozenset[EdgeKind] = frozenset({"flow", "fan_out", "resource"})
 
 _EDGE_COLOURS: dict[EdgeKind, str] = {
     "flow": "#5f6368",
@@ -79,8 +77,7 @@ def render_html(drawing: WorkflowDrawing, title: str | None = None) -> str:
     layout = layered_layout(
         [node.id for node in drawing.nodes],
         {node_id: (box.width, box.height) for node_id, box in boxes.items()},
-        [(e.source, e.target) for e in drawing.edges if e.kind in _LAYERING_KINDS],
-        [(e.source, e.target) for e in drawing.edges if e.kind not in _LAYERING_KINDS],
+        [(edge.source, edge.target) for edge in drawing.edges],
         drawing.start_ids,
     )
     page_title = title if title is not None else f"{drawing.graph.name} workflow"
@@ -162,7 +159,10 @@ def _shape_svg(shape: str, centre: tuple[float, float], width: float, height: fl
             f"V{_n(bottom - cap)} "
             f"A{_n(width / 2)},{_n(cap)} 0 0 1 {_n(left)},{_n(bottom - cap)} Z"
         )
-        rim = f"M{_n(left)},{_n(top + cap)} A{_n(width / 2)},{_n(cap)} 0 0 0 {_n(right)},{_n(top + cap)}"
+        rim = (
+            f"M{_n(left)},{_n(top + cap)} "
+            f"A{_n(width / 2)},{_n(cap)} 0 0 0 {_n(right)},{_n(top + cap)}"
+        )
         return f'<path class="shape" d="{body}"/><path class="rim" d="{rim}"/>'
     if shape == "resource_config":
         skew = 12.0
@@ -187,171 +187,60 @@ def _tooltip(node: WorkflowGraphNode) -> str:
 # --- edges -------------------------------------------------------------------------------
 
 
-def _edge_svg(
-    edge: DrawnEdge, boxes: dict[str, _Box], layout: Layout, side_index: int
-) -> tuple[str, tuple[float, float]]:
-    """The edge group, and the leftmost and rightmost x it reaches (to size the canvas)."""
-    path, label_at, (low_x, high_x) = _edge_geometry(edge, boxes, layout, side_index)
-    colour_kind = html.escape(edge.kind)
-    parts = [
-        f'<g class="edge {colour_kind}" data-source="{html.escape(edge.source)}" '
-        f'data-target="{html.escape(edge.target)}" data-edge-kind="{colour_kind}">',
-        f'<path class="line" d="{path}" marker-end="url(#arrow-{colour_kind})"/>',
-    ]
-    if edge.label:
-        label_width = len(edge.label) * 6.6 + 10
-        x, y = label_at
-        low_x, high_x = min(low_x, x - label_width / 2), max(high_x, x + label_width / 2)
-        parts.append(
-            f'<g class="edge-label"><rect x="{_n(x - label_width / 2)}" y="{_n(y - 9)}" '
-            f'width="{_n(label_width)}" height="18" rx="4" ry="4"/>'
-            f'<text x="{_n(x)}" y="{_n(y)}">{html.escape(edge.label)}</text></g>'
-        )
-    parts.append("</g>")
-    return "".join(parts), (low_x, high_x)
-
-
-def _edge_geometry(
-    edge: DrawnEdge, boxes: dict[str, _Box], layout: Layout, side_index: int
-) -> tuple[str, tuple[float, float], tuple[float, float]]:
-    """SVG path data, the label position, and the x range the path spans.
-
-    Edges to the next layer are S-curves from the bottom of the source to the top of the
-    target.  Longer downward edges that would cross a node in between, and upward (back)
-    edges, are routed around the side; ``side_index`` spreads such edges apart.
-    """
-    source, target = boxes[edge.source], boxes[edge.target]
-    (sx, sy), (tx, ty) = layout.centres[edge.source], layout.centres[edge.target]
-    down = layout.layers[edge.target] - layout.layers[edge.source]
-    spread = _SIDE_STEP * side_index
-    if edge.source == edge.target:
-        start = (sx + source.width / 2, sy - 6)
-        end = (sx + source.width / 2, sy + 6)
-        return _curve(start, (start[0] + 48, sy - 36), (end[0] + 48, sy + 36), end)
-    if down == 0:
-        start, end = (sx, sy + source.height / 2), (tx, ty + target.height / 2)
-        return _curve(start, (start[0], start[1] + 44), (end[0], end[1] + 44), end)
-    if down < 0:
-        start, end = (sx + source.width / 2, sy), (tx + target.width / 2, ty)
-        between = _nodes_between(layout, boxes, ty, sy)
-        rights = [x + w / 2 for x, w in between if x + w / 2 > min(start[0], end[0])]
-        reach = max([start[0], end[0], *rights]) + _SIDE_OFFSET + spread
-        return _curve(start, (reach, start[1]), (reach, end[1]), end)
-    start, end = (sx, sy + source.height / 2), (tx, ty - target.height / 2)
-    reach = _detour(layout, boxes, start, end, spread) if down > 1 else None
-    if reach is None:
-        bend = max(24.0, (end[1] - start[1]) / 2)
-        return _curve(start, (start[0], start[1] + bend), (end[0], end[1] - bend), end)
-    top, bottom = start[1] + 56, end[1] - 56
+def _edge_svg(edge: DrawnEdge, route: EdgeRoute) -> tuple[str, str, float, float]:
+    """The edge's path group, its label group (or ``""``), and the x range both cover."""
+    kind = html.escape(edge.kind)
+    ends = (
+        f'data-source="{html.escape(edge.source)}" data-target="{html.escape(edge.target)}" '
+        f'data-edge-kind="{kind}"'
+    )
     path = (
-        f"M{_n(start[0])},{_n(start[1])} "
-        f"C{_n(start[0])},{_n(start[1] + 36)} {_n(reach)},{_n(start[1] + 20)} "
-        f"{_n(reach)},{_n(top)} L{_n(reach)},{_n(bottom)} "
-        f"C{_n(reach)},{_n(end[1] - 20)} {_n(end[0])},{_n(end[1] - 36)} "
-        f"{_n(end[0])},{_n(end[1])}"
+        f'<g class="edge {kind}" {ends}><path class="line" d="{route.path}" '
+        f'marker-end="url(#arrow-{kind})"/></g>'
     )
-    xs = (start[0], reach, end[0])
-    return path, (reach, (top + bottom) / 2), (min(xs), max(xs))
-
-
-def _detour(
-    layout: Layout,
-    boxes: dict[str, _Box],
-    start: tuple[float, float],
-    end: tuple[float, float],
-    spread: float,
-) -> float | None:
-    """The x of a vertical lane that avoids the nodes between two layers, or ``None``.
-
-    ``None`` means nothing stands in the way of a direct curve.  Otherwise the lane runs
-    just left or just right of every node it would cross, whichever makes the shorter
-    detour (left only while it stays on the canvas).
-    """
-    between = _nodes_between(layout, boxes, start[1], end[1])
-    low, high = min(start[0], end[0]), max(start[0], end[0])
-    if not any(_blocks(x, w, low - 10, high + 10) for x, w in between):
-        return None
-    right = _free_lane(between, high + _SIDE_GAP + spread, +1)
-    left = _free_lane(between, low - _SIDE_GAP - spread, -1)
-    cost_right = abs(right - start[0]) + abs(right - end[0])
-    cost_left = abs(left - start[0]) + abs(left - end[0])
-    return left if left > 8 and cost_left < cost_right else right
-
-
-def _free_lane(nodes: list[tuple[float, float]], lane: float, direction: int) -> float:
-    """Move ``lane`` in ``direction`` until it crosses none of ``nodes``."""
-    moved = True
-    while moved:
-        moved = False
-        for x, w in nodes:
-            if _blocks(x, w, lane - _SIDE_GAP / 2, lane + _SIDE_GAP / 2):
-                lane = x + direction * (w / 2 + _SIDE_GAP)
-                moved = True
-    return lane
-
-
-def _blocks(x: float, width: float, low: float, high: float) -> bool:
-    """Whether a node centred at ``x`` overlaps the horizontal band ``[low, high]``."""
-    return x + width / 2 > low and x - width / 2 < high
-
-
-def _nodes_between(
-    layout: Layout, boxes: dict[str, _Box], upper_y: float, lower_y: float
-) -> list[tuple[float, float]]:
-    """``(centre x, width)`` of the nodes whose centres lie strictly between two heights."""
-    return [
-        (x, boxes[node_id].width)
-        for node_id, (x, y) in layout.centres.items()
-        if upper_y < y < lower_y
-    ]
-
-
-def _curve(
-    start: tuple[float, float],
-    c1: tuple[float, float],
-    c2: tuple[float, float],
-    end: tuple[float, float],
-) -> tuple[str, tuple[float, float], tuple[float, float]]:
-    path = (
-        f"M{_n(start[0])},{_n(start[1])} C{_n(c1[0])},{_n(c1[1])} "
-        f"{_n(c2[0])},{_n(c2[1])} {_n(end[0])},{_n(end[1])}"
+    if not edge.label:
+        return path, "", route.low_x, route.high_x
+    width = len(edge.label) * _LABEL_CHAR_WIDTH + 10
+    x, y = route.label_at
+    left = {"start": x, "middle": x - width / 2, "end": x - width}[route.label_anchor]
+    label = (
+        f'<g class="edge-label {kind}" {ends}><rect x="{_n(left)}" y="{_n(y - 9)}" '
+        f'width="{_n(width)}" height="18" rx="4" ry="4"/>'
+        f'<text x="{_n(left + width / 2)}" y="{_n(y)}">{html.escape(edge.label)}</text></g>'
     )
-    xs = (start[0], c1[0], c2[0], end[0])
-    return path, _bezier_middle(start, c1, c2, end), (min(xs), max(xs))
-
-
-def _bezier_middle(*points: tuple[float, float]) -> tuple[float, float]:
-    p0, p1, p2, p3 = points
-    return (
-        (p0[0] + 3 * p1[0] + 3 * p2[0] + p3[0]) / 8,
-        (p0[1] + 3 * p1[1] + 3 * p2[1] + p3[1]) / 8,
-    )
+    return path, label, min(route.low_x, left), max(route.high_x, left + width)
 
 
 # --- the SVG -----------------------------------------------------------------------------
 
 
 def _svg(drawing: WorkflowDrawing, boxes: dict[str, _Box], layout: Layout) -> str:
-    edge_parts: list[str] = []
+    sizes = {node_id: (box.width, box.height) for node_id, box in boxes.items()}
+    paths: list[str] = []
+    labels: list[str] = []
     left, right = 0.0, layout.width
     side_routed = 0
     for edge in drawing.edges:
-        part, (low_x, high_x) = _edge_svg(edge, boxes, layout, side_routed)
+        route = route_edge(edge.source, edge.target, layout, sizes, side_routed)
         span = layout.layers[edge.target] - layout.layers[edge.source]
-        side_routed += 1 if span < 0 or span > 1 else 0
-        edge_parts.append(part)
+        side_routed += 1 if span <= 0 or span > 1 else 0
+        path, label, low_x, high_x = _edge_svg(edge, route)
+        paths.append(path)
+        labels.append(label)
         left, right = min(left, low_x - _CANVAS_PAD), max(right, high_x + _CANVAS_PAD)
-    node_parts = [_node_svg(boxes[n.id], layout.centres[n.id]) for n in drawing.nodes]
+    nodes = [_node_svg(boxes[n.id], layout.centres[n.id]) for n in drawing.nodes]
     width, height = math.ceil(right - left), math.ceil(layout.height + 24)
-    label = html.escape(f"Workflow graph of {drawing.graph.name}")
-    # Edges routed left of the layout would fall off the canvas: shift everything right.
+    # Lanes routed left of the layout would fall off the canvas: shift everything right.
     shift = f' transform="translate({_n(-left)},0)"' if left < 0 else ""
+    aria = html.escape(f"Workflow graph of {drawing.graph.name}")
+    # Labels go last so that no node hides them; their white backing keeps nodes legible.
     return (
-        f'<svg class="workflow" role="img" aria-label="{label}" width="{width}" '
+        f'<svg class="workflow" role="img" aria-label="{aria}" width="{width}" '
         f'height="{height}" viewBox="0 0 {width} {height}">'
         f"<defs>{_markers(_EDGE_COLOURS.items())}</defs><g{shift}>"
-        f'<g class="edges">{"".join(edge_parts)}</g>'
-        f'<g class="nodes">{"".join(node_parts)}</g></g></svg>'
+        f'<g class="edges">{"".join(paths)}</g>'
+        f'<g class="nodes">{"".join(nodes)}</g>'
+        f'<g class="edge-labels">{"".join(labels)}</g></g></svg>'
     )
 
 
@@ -444,10 +333,7 @@ def _script_json(data: Any) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def _n(value: float) -> str:
-    """A coordinate, rounded to one decimal without a trailing ``.0``."""
-    rounded = round(value, 1)
-    return str(int(rounded)) if rounded == int(rounded) else str(rounded)
+_n = format_number
 
 
 def _points(points: Iterable[tuple[float, float]]) -> str:
@@ -511,10 +397,11 @@ svg.workflow { display: block; }
 .edge-label rect { fill: #fff; fill-opacity: 0.92; stroke: none; }
 .edge-label text { font: 11px system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
   text-anchor: middle; dominant-baseline: central; }
-.edge.fan_out .edge-label text { fill: #1a73e8; }
-.edge.join .edge-label text { fill: #8430ce; }
-.edge.failure .edge-label text { fill: #d93025; }
-.edge.resource .edge-label text { fill: #00838f; }
+.edge-label.fan_out text { fill: #1a73e8; }
+.edge-label.join text { fill: #8430ce; }
+.edge-label.failure text { fill: #d93025; }
+.edge-label.resource text { fill: #00838f; }
+.edge-label { pointer-events: none; }
 .dim { opacity: 0.18; }
 footer { padding: 0 24px 16px; color: #80868b; font-size: 12px; }
 """
@@ -549,7 +436,7 @@ _SCRIPT = """
   function select(id) {
     var linked = {};
     if (id !== null) { linked[id] = true; }
-    svg.querySelectorAll(".edge").forEach(function (edge) {
+    svg.querySelectorAll(".edge, .edge-label").forEach(function (edge) {
       var on = id !== null && (edge.dataset.source === id || edge.dataset.target === id);
       if (on) { linked[edge.dataset.source] = true; linked[edge.dataset.target] = true; }
       edge.classList.toggle("dim", id !== null && !on);

@@ -188,7 +188,7 @@ def _coordinates(
     inner_width = max(row_widths, default=0.0)
     centres: dict[str, tuple[float, float]] = {}
     top = _MARGIN
-    for row, row_width, row_height in zip(rows, row_widths, row_heights):
+    for row, row_width, row_height in zip(rows, row_widths, row_heights, strict=True):
         x = _MARGIN + (inner_width - row_width) / 2
         for node in row:
             width = sizes[node][0]

@@ -24,6 +24,7 @@ from tickwork.events import StopEvent
 from tickwork.runtime.control_loop.runner import RunExit, control_loop, using_adapter
 from tickwork.runtime.durable import DurableWriter
 from tickwork.runtime.event_stream import EventStream
+from tickwork.runtime.run_slots import RunSlots
 from tickwork.runtime.step_worker import StepInvoker, execute_invocation
 from tickwork.runtime.tracing import StepSpan, end_run_span, start_run_span, step_span
 from tickwork.runtime.types.results import StepOutcome
@@ -112,7 +113,8 @@ class RunSession:
                 journal_store, run_id, config.workflow_name, serializer, store
             )
         self.durable = self.writer is not None
-        self._run_slots = run_slots
+        self._run_slots: RunSlots | None = run_slots
+        self._turn = run_slots.take_ticket() if run_slots is not None else None
         self._post: Callable[[Tick], None] | None = None
         self._early_ticks: list[Tick] = []
         self._cancel_scope: anyio.CancelScope | None = None
@@ -151,11 +153,10 @@ class RunSession:
                 self._cancel_scope = scope
                 if self.hard_aborted:
                     scope.cancel()
-                if self._run_slots is not None:
-                    async with self._run_slots:
-                        await self._drive()
-                else:
+                if self._run_slots is None:
                     await self._drive()
+                else:
+                    await self._drive_in_slot(self._run_slots)
         except BaseException as error:  # the task must never leak into the event loop
             if self.exit is None and not isinstance(error, anyio.get_cancelled_exc_class()):
                 _log.error("run %s crashed", self.run_id, exc_info=error)
@@ -167,6 +168,20 @@ class RunSession:
                 self.run_span = None
             self.stream.close()
             self.done.set()
+
+    async def _drive_in_slot(self, slots: RunSlots) -> None:
+        """Wait for this run's turn (its session has not started, nor its clock)."""
+        turn = self._turn
+        if turn is not None:
+            try:
+                await turn.wait()
+            except BaseException:
+                slots.forfeit(turn)
+                raise
+        try:
+            await self._drive()
+        finally:
+            slots.release()
 
     async def _drive(self) -> None:
         if self.writer is not None:

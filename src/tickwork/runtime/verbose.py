@@ -62,7 +62,7 @@ def summarize(event: Any) -> str:
         return _short(event)
     fields: dict[str, Any] = {name: getattr(event, name) for name in type(event).model_fields}
     fields.update(getattr(event, "_data", None) or {})
-    if isinstance(event, StopEvent):
+    if isinstance(event, StopEvent) and event.result is not None:
         fields["result"] = event.result
     text = f"{type(event).__name__}({', '.join(f'{k}={_short(v)}' for k, v in fields.items())})"
     return text if len(text) <= _MAX_LINE else text[: _MAX_LINE - 3] + "..."
@@ -71,8 +71,9 @@ def summarize(event: Any) -> str:
 class VerbosePrinter:
     """Formats the activity of one run into lines for a sink."""
 
-    def __init__(self, sink: Callable[[str], None]) -> None:
+    def __init__(self, sink: Callable[[str], None], timeout: float | None = None) -> None:
         self._sink = sink
+        self._timeout = timeout
 
     def published(self, item: Any) -> None:
         """A published item: step state changes become dispatch/completion lines."""
@@ -101,7 +102,7 @@ class VerbosePrinter:
         elif isinstance(tick, StepResult):
             self._step_result(tick)
         elif isinstance(tick, Timeout):
-            self._sink("[timeout] the run timer fired")
+            self._sink(f"[timeout] the run timer fired (timeout={self._timeout}s)")
         elif isinstance(tick, WaiterTimeout):
             self._sink(f"[waiter_timeout] {tick.step}: waiter {tick.waiter_id}")
         elif isinstance(tick, CancelRun):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tickwork.events import Event, StartEvent
+from tickwork.events import Event, StartEvent, WorkflowFailedEvent
 from tickwork.runtime.config import build_run_config
 from tickwork.runtime.control_loop.reduce import initial_state, reduce
 from tickwork.runtime.event_stream import materialize
@@ -179,6 +179,15 @@ class ReducerKit:
                 out.append(command.stop_event)
             elif isinstance(command, Halt):
                 out.append(command.terminal_event)
+            elif isinstance(command, FailWorkflow):
+                out.append(
+                    WorkflowFailedEvent(
+                        step_name=command.step_name,
+                        exception=command.exception,
+                        attempts=command.attempts,
+                        elapsed_seconds=command.elapsed_seconds,
+                    )
+                )
         return out
 
     def published_types(self) -> list[type]:

@@ -52,6 +52,17 @@ class WaiterIndex:
     def __bool__(self) -> bool:
         return bool(self._buckets)
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WaiterIndex):
+            return NotImplemented
+        return self._buckets == other._buckets
+
+    def __hash__(self) -> int:  # pragma: no cover - indexes are not used as keys
+        return hash(len(self._buckets))
+
+    def __repr__(self) -> str:
+        return f"WaiterIndex({dict(self._buckets.items())!r})"
+
     def add(
         self, event_type: type, requirements: Mapping[str, Any] | None, ref: WaiterRef
     ) -> WaiterIndex:

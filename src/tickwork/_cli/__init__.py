@@ -1,0 +1,1 @@
+"""Private helpers of the ``tickwork`` command (:mod:`tickwork.cli`), one job per module."""

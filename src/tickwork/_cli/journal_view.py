@@ -1,0 +1,174 @@
+"""``tickwork runs list`` and ``runs show``: read a SQLite journal and summarize it.
+
+Everything here reads through the journal-store API (``list_runs``, ``get_run``,
+``read_snapshot``, ``read``) and the normative snapshot format (api.md §10.3); nothing
+is written.  Store errors become :class:`~tickwork._cli.console.CliError` lines.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tickwork._cli.console import CliError, one_line
+from tickwork.journal import JournalError, RunEntry, SqliteJournal
+
+__all__ = [
+    "entry_dict",
+    "get_entry",
+    "guarded",
+    "open_journal",
+    "run_summary",
+    "runs_table",
+    "show_data",
+    "show_text",
+    "snapshot_summary",
+]
+
+
+def open_journal(path: str) -> SqliteJournal:
+    """The journal at ``path``, which must exist (opening would create an empty one)."""
+    if not Path(path).is_file():
+        raise CliError(f"no journal at {path!r}")
+    return SqliteJournal(path)
+
+
+def runs_table(entries: list[RunEntry]) -> str:
+    """The runs as an aligned text table with a header line."""
+    rows = [("RUN ID", "WORKFLOW", "STATUS", "LAST SEQ")]
+    rows += [(e.run_id, e.workflow_name, e.status, str(e.last_seq)) for e in entries]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        + "\n"
+        for row in rows
+    )
+
+
+def run_summary(
+    entry: RunEntry, found: tuple[int, dict[str, Any]] | None, tail: dict[str, int]
+) -> dict[str, Any]:
+    """What ``runs show`` prints: the run entry, its snapshot summary and the tail count."""
+    return {
+        **entry_dict(entry),
+        "snapshot": snapshot_summary(*found) if found is not None else None,
+        "records_after_snapshot": tail,
+    }
+
+
+async def guarded(call: Callable[[], Any], path: str) -> Any:
+    try:
+        return await call()
+    except (sqlite3.Error, JournalError) as error:
+        raise CliError(f"cannot read journal {path!r}: {one_line(error)}") from None
+
+
+async def get_entry(store: SqliteJournal, run_id: str, path: str) -> RunEntry:
+    entry: RunEntry | None = await guarded(lambda: store.get_run(run_id), path)
+    if entry is None:
+        raise CliError(f"no run {run_id!r} in journal {path!r}")
+    return entry
+
+
+async def show_data(
+    store: SqliteJournal, run_id: str, path: str
+) -> tuple[RunEntry, tuple[int, dict[str, Any]] | None, dict[str, int]]:
+    entry = await get_entry(store, run_id, path)
+    found = await guarded(lambda: store.read_snapshot(run_id), path)
+    tail: dict[str, int] = {}
+
+    async def count_tail() -> None:
+        async for record in store.read(run_id, found[0] if found else 0):
+            kind = str(record.data.get("type", "?"))
+            tail[kind] = tail.get(kind, 0) + 1
+
+    await guarded(count_tail, path)
+    return entry, found, tail
+
+
+def entry_dict(entry: RunEntry) -> dict[str, Any]:
+    return {
+        "run_id": entry.run_id,
+        "workflow": entry.workflow_name,
+        "status": entry.status,
+        "last_seq": entry.last_seq,
+    }
+
+
+def snapshot_summary(seq: int, snapshot: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a §10.3 snapshot a human asks about first."""
+    steps: dict[str, dict[str, int]] = {}
+    for name, worker in sorted((snapshot.get("workers") or {}).items()):
+        counts = {
+            "queued": len(worker.get("queue") or ()),
+            "in_progress": len(worker.get("in_progress") or ()),
+            "waiting": len(worker.get("collected_waiters") or ()),
+        }
+        steps[name] = {k: v for k, v in counts.items() if v}
+    streams = {
+        stream_id: {
+            "producer": stream.get("source_step"),
+            "open_work_items": stream.get("open_work_items"),
+        }
+        for stream_id, stream in (snapshot.get("streams") or {}).items()
+    }
+    state = snapshot.get("state") or {}
+    state_data = (state.get("state_data") or {}).get("_data")
+    return {
+        "taken_at_seq": seq,
+        "version": snapshot.get("version"),
+        "is_running": snapshot.get("is_running"),
+        "elapsed_alive": snapshot.get("elapsed_alive"),
+        "journal_seq": snapshot.get("journal_seq"),
+        "steps": steps,
+        "open_streams": streams,
+        "undelivered_emissions": len(snapshot.get("deliveries") or ()),
+        "state_type": state.get("state_type"),
+        "state_keys": sorted(state_data) if isinstance(state_data, dict) else None,
+    }
+
+
+def show_text(summary: dict[str, Any]) -> str:
+    lines = [
+        f"run:       {summary['run_id']}",
+        f"workflow:  {summary['workflow']}",
+        f"status:    {summary['status']}",
+        f"last seq:  {summary['last_seq']}",
+    ]
+    snapshot = summary["snapshot"]
+    if snapshot is None:
+        lines.append("snapshot:  none")
+    else:
+        busy = [
+            f"{name} ({_counts_text(counts)})"
+            for name, counts in snapshot["steps"].items()
+            if counts
+        ]
+        streams = [
+            f"{s['producer']} ({s['open_work_items']} open)"
+            for s in snapshot["open_streams"].values()
+        ]
+        elapsed = snapshot["elapsed_alive"]
+        lines += [
+            f"snapshot:  before record {snapshot['taken_at_seq']} (format {snapshot['version']})",
+            f"  running:       {'yes' if snapshot['is_running'] else 'no'}",
+            f"  alive time:    {elapsed:.3f}s"
+            if isinstance(elapsed, (int, float))
+            else "  alive time:    ?",
+            f"  busy steps:    {', '.join(busy) or 'none'}",
+            f"  open streams:  {', '.join(streams) or 'none'}",
+            f"  undelivered:   {snapshot['undelivered_emissions']}",
+            f"  state:         {snapshot['state_type']} {snapshot['state_keys'] or []}",
+        ]
+    tail = summary["records_after_snapshot"]
+    counted = ", ".join(f"{n} {kind}" for kind, n in sorted(tail.items()))
+    lines.append(
+        f"records after snapshot: {sum(tail.values())}" + (f" ({counted})" if counted else "")
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{number} {what.replace('_', ' ')}" for what, number in counts.items())
