@@ -131,8 +131,8 @@ class RunSession:
 
     @property
     def live(self) -> bool:
-        """Whether the run has not ended yet."""
-        return not self.done.is_set()
+        """Whether the run has not ended yet (a hard abort ends it at once)."""
+        return not (self.hard_aborted or self.done.is_set())
 
     def start(self) -> None:
         """Spawn the run's task on the current event loop."""

@@ -1,0 +1,497 @@
+"""The ``tickwork`` command, run as users run it: ``python -m tickwork.cli ...`` in a
+subprocess, with the example workflows of ``tests/cli_fixtures``.
+
+What is checked: the result on stdout, progress on stderr, the exit status, and for each
+error exactly one ``tickwork: error:`` line.  A few pure helpers (``parse_assignments``)
+and the import rules are also tested in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tickwork.cli import CliError, main, parse_assignments
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOWS = "tests.cli_fixtures.flows"
+COMMAND_DEADLINE_SECONDS = 120
+
+
+def tickwork(
+    *arguments: str, stdin: str | None = None, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m tickwork.cli`` with ``arguments``; never raises on a bad status."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+    env.pop("NO_COLOR", None)
+    return subprocess.run(
+        [sys.executable, "-m", "tickwork.cli", *arguments],
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_DEADLINE_SECONDS,
+        cwd=cwd,
+        env=env,
+        check=False,
+    )
+
+
+def single_error(proc: subprocess.CompletedProcess[str]) -> str:
+    """The one error line of a failed command (and nothing else on stderr)."""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("tickwork: error: "), lines[0]
+    assert proc.stdout == ""
+    return lines[0].removeprefix("tickwork: error: ")
+
+
+# --- tickwork run ------------------------------------------------------------------------
+
+
+def test_run_prints_the_result_as_json_and_progress_on_stderr() -> None:
+    proc = tickwork("run", f"{FLOWS}:Greet", "name=Ada", "times=2")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"greeting": "hello Ada hello Ada"}
+    lines = proc.stderr.splitlines()
+    assert re.fullmatch(r"\[run\] \w{10} started: tests\.cli_fixtures\.flows\.Greet", lines[0])
+    assert "[hello:0] running (StartEvent)" in lines
+    assert "[hello:0] done -> StopEvent" in lines
+    assert re.fullmatch(r"\[run\] \w{10} completed in \d+\.\d\ds", lines[-1])
+    assert "\x1b[" not in proc.stderr  # no colour when stderr is not a terminal
+
+
+def test_key_value_arguments_are_json_when_they_parse_else_strings() -> None:
+    proc = tickwork(
+        "run",
+        f"{FLOWS}:Echo",
+        "count=3",
+        "name=Ada",
+        "ok=true",
+        "nothing=null",
+        'tags=["a", 2]',
+        'opts={"k": 1.5}',
+        'quoted="3"',
+        "empty=",
+        "-q",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "count": ["int", 3],
+        "name": ["str", "Ada"],
+        "ok": ["bool", True],
+        "nothing": ["NoneType", None],
+        "tags": ["list", ["a", 2]],
+        "opts": ["dict", {"k": 1.5}],
+        "quoted": ["str", "3"],
+        "empty": ["str", ""],
+    }
+    assert proc.stderr == ""  # --quiet
+
+
+def test_fan_out_progress_events_and_queueing_are_reported() -> None:
+    proc = tickwork("run", f"{FLOWS}:Shout", "sentence=hello big world of words")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == "HELLO BIG WORLD OF WORDS"
+    lines = proc.stderr.splitlines()
+    assert "[split:0] done -> list[Word]" in lines
+    assert lines.count("[shout] queued (Word)") == 3  # two workers for five words
+    for word in ["hello", "big", "world", "of", "words"]:
+        assert f"[event] Progress(message='shouted {word}')" in lines
+    progress = [
+        tuple(map(int, m.groups()))
+        for line in lines
+        if (m := re.fullmatch(r"\[fan-out split -> join\] (\d+)/(\d+)", line))
+    ]
+    assert progress[0] == (0, 5)  # seen as soon as the fan-out returned
+    assert progress[-1] == (5, 5)
+    assert all(total == 5 for _, total in progress)
+    assert [done for done, _ in progress] == sorted({done for done, _ in progress})
+    assert lines.index("[fan-out split -> join] 5/5") < lines.index(
+        "[join:0] running (CollectionReleaseEvent)"
+    )
+
+
+def test_a_typed_stop_event_is_printed_as_json_and_other_results_as_repr() -> None:
+    typed = tickwork("run", f"{FLOWS}:Count", "names=[1, 2, 3]", "-q")
+    assert typed.returncode == 0, typed.stderr
+    assert json.loads(typed.stdout) == {"total": 3}
+    opaque = tickwork("run", f"{FLOWS}:Opaque", "-q")
+    assert opaque.returncode == 0, opaque.stderr
+    assert opaque.stdout == "frozenset({'only'})\n"
+
+
+def test_run_under_trio_and_with_a_workflow_instance() -> None:
+    trio_run = tickwork("run", f"{FLOWS}:Greet", "name=Bo", "--backend", "trio", "-q")
+    assert trio_run.returncode == 0, trio_run.stderr
+    assert json.loads(trio_run.stdout) == {"greeting": "hello Bo"}
+    instance_run = tickwork("run", f"{FLOWS}:shout_instance", "sentence=hi there", "-q")
+    assert instance_run.returncode == 0, instance_run.stderr
+    assert json.loads(instance_run.stdout) == "HI THERE"
+
+
+def test_human_input_is_read_as_json_from_stdin() -> None:
+    proc = tickwork("run", f"{FLOWS}:Review", 'topics=["a", "b"]', stdin='{"approved": true}\n')
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) is True
+    lines = proc.stderr.splitlines()
+    assert "[input] AskApproval(text='all about a\\nall about b')" in lines or any(
+        line.startswith("[input] AskApproval(") for line in lines
+    )
+    assert "[input] reading the answer with Approval as JSON (approved) from stdin" in lines
+    assert "[decide:0] done -> StopEvent" in lines
+    # a one-field answer may be given bare
+    bare = tickwork("run", f"{FLOWS}:Review", 'topics=["a"]', "-q", stdin="false\n")
+    assert bare.returncode == 0, bare.stderr
+    assert json.loads(bare.stdout) is False
+
+
+def test_module_files_and_modules_in_the_current_directory_can_be_run(tmp_path: Path) -> None:
+    (tmp_path / "myflow.py").write_text(
+        "from tickwork import StartEvent, StopEvent, Workflow, step\n\n\n"
+        "class Double(Workflow):\n"
+        "    @step\n"
+        "    async def double(self, ev: StartEvent) -> StopEvent:\n"
+        "        return StopEvent(result=ev.x * 2)\n",
+        encoding="utf-8",
+    )
+    by_name = tickwork("run", "myflow:Double", "x=21", "-q", cwd=tmp_path)
+    assert by_name.returncode == 0, by_name.stderr
+    assert by_name.stdout == "42\n"
+    by_path = tickwork("run", str(tmp_path / "myflow.py") + ":Double", "x=[1]", "-q")
+    assert by_path.returncode == 0, by_path.stderr
+    assert json.loads(by_path.stdout) == [1, 1]
+
+
+# --- journal: run --journal, runs list / show / resume -----------------------------------
+
+
+def test_journaled_runs_can_be_listed_and_shown(tmp_path: Path) -> None:
+    journal = str(tmp_path / "runs.db")
+    first = tickwork("run", f"{FLOWS}:Shout", "sentence=a b", "--journal", journal, "-q")
+    assert first.returncode == 0, first.stderr
+    second = tickwork("run", f"{FLOWS}:Greet", "name=Ada", "--journal", journal)
+    assert second.returncode == 0, second.stderr
+    run_id = re.search(r"\[run\] (\w+) started", second.stderr)
+    assert run_id is not None
+
+    listed = tickwork("runs", "list", "--journal", journal, "--json")
+    assert listed.returncode == 0, listed.stderr
+    entries = json.loads(listed.stdout)
+    assert {(e["workflow"], e["status"]) for e in entries} == {
+        ("tests.cli_fixtures.flows.Shout", "completed"),
+        ("tests.cli_fixtures.flows.Greet", "completed"),
+    }
+    assert all(e["last_seq"] > 0 for e in entries)
+
+    table = tickwork("runs", "list", "--journal", journal)
+    assert table.returncode == 0, table.stderr
+    rows = table.stdout.splitlines()
+    assert rows[0].split() == ["RUN", "ID", "WORKFLOW", "STATUS", "LAST", "SEQ"]
+    assert any(
+        row.split()[:3] == [run_id[1], "tests.cli_fixtures.flows.Greet", "completed"]
+        for row in rows
+    )
+
+    shown = tickwork("runs", "show", run_id[1], "--journal", journal, "--json")
+    assert shown.returncode == 0, shown.stderr
+    summary = json.loads(shown.stdout)
+    assert summary["run_id"] == run_id[1]
+    assert summary["status"] == "completed"
+    assert summary["snapshot"]["is_running"] is False
+    assert summary["snapshot"]["steps"] == {"hello": {}}
+    assert summary["snapshot"]["open_streams"] == {}
+
+    text = tickwork("runs", "show", run_id[1], "--journal", journal)
+    assert text.returncode == 0, text.stderr
+    assert f"run:       {run_id[1]}" in text.stdout
+    assert "status:    completed" in text.stdout
+    assert "  running:       no" in text.stdout
+
+
+def test_a_crashed_run_is_listed_as_running_and_resumed_to_completion(tmp_path: Path) -> None:
+    journal = str(tmp_path / "runs.db")
+    marker = str(tmp_path / "crashed")
+    crashed = tickwork("run", f"{FLOWS}:Crashy", f"marker={marker}", "--journal", journal)
+    assert crashed.returncode == 17, crashed.stderr  # the step killed the process
+    run_id = re.search(r"\[run\] (\w+) started", crashed.stderr)
+    assert run_id is not None
+
+    listed = json.loads(tickwork("runs", "list", "--journal", journal, "--json").stdout)
+    assert [(e["run_id"], e["status"]) for e in listed] == [(run_id[1], "running")]
+    shown = tickwork("runs", "show", run_id[1], "--journal", journal)
+    assert "status:    running" in shown.stdout
+    assert re.search(r"records after snapshot: [1-9]", shown.stdout)
+
+    resumed = tickwork(
+        "runs", "resume", run_id[1], "--journal", journal, "--workflow", f"{FLOWS}:Crashy"
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout) == "recovered"
+    assert f"[run] {run_id[1]} resumed: tests.cli_fixtures.flows.Crashy" in resumed.stderr
+    assert "[fragile:0] done -> StopEvent" in resumed.stderr
+
+    after = json.loads(tickwork("runs", "list", "--journal", journal, "--json").stdout)
+    assert [(e["run_id"], e["status"]) for e in after] == [(run_id[1], "completed")]
+    again = tickwork(
+        "runs", "resume", run_id[1], "--journal", journal, "--workflow", f"{FLOWS}:Crashy"
+    )
+    assert again.returncode == 2
+    assert (
+        single_error(again) == f"run {run_id[1]!r} already finished (completed); nothing to resume"
+    )
+
+
+# --- tickwork draw -----------------------------------------------------------------------
+
+
+def test_draw_writes_mermaid_and_html_files(tmp_path: Path) -> None:
+    mermaid = tmp_path / "review.mmd"
+    page = tmp_path / "review.html"
+    for target in (mermaid, page):
+        proc = tickwork("draw", f"{FLOWS}:Review", "-o", str(target))
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == f"[draw] wrote {target}\n"
+    text = mermaid.read_text(encoding="utf-8")
+    assert text.startswith("flowchart TD\n")
+    assert 'step_plan ==>|"list[Draft]"| event_Draft' in text
+    assert 'step_plan -.->|"join list[Section]"| step_assemble' in text
+    assert 'step_write -.->|"on failure"| step_recover' in text
+    html = page.read_text(encoding="utf-8")
+    assert 'data-node-id="external_step"' in html
+    assert "http://" not in html and "https://" not in html
+
+
+def test_draw_without_output_prints_mermaid_for_an_instance_too() -> None:
+    proc = tickwork("draw", f"{FLOWS}:shout_instance")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("flowchart TD\n")
+    assert 'step_split -.->|"join list[Loud]"| step_join' in proc.stdout
+
+
+# --- errors: one line, the right status ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "status", "message"),
+    [
+        (
+            ("run", "no_such_module.flows:Flow"),
+            2,
+            "cannot import module 'no_such_module.flows': no module named 'no_such_module'",
+        ),
+        (
+            ("run", f"{FLOWS}:Missing"),
+            2,
+            "module 'tests.cli_fixtures.flows' has no attribute 'Missing'",
+        ),
+        (
+            ("run", f"{FLOWS}:NOT_A_WORKFLOW"),
+            2,
+            "tests.cli_fixtures.flows:NOT_A_WORKFLOW is not a Workflow class or instance "
+            "(got int 42)",
+        ),
+        (
+            ("run", f"{FLOWS}:Client"),
+            2,
+            "tests.cli_fixtures.flows:Client is not a Workflow class or instance (got class "
+            "<class 'tests.cli_fixtures.flows.Client'>)",
+        ),
+        (
+            ("run", FLOWS),
+            2,
+            "expected MODULE:WORKFLOW, got 'tests.cli_fixtures.flows' "
+            "(for example myapp.flows:MyFlow)",
+        ),
+        (
+            ("run", f"{FLOWS}:Greet", "name"),
+            2,
+            "bad argument 'name': expected key=value with an identifier as key "
+            "(for example name=Ada or count=3)",
+        ),
+        (
+            ("run", f"{FLOWS}:Greet", "my-name=Ada"),
+            2,
+            "bad argument 'my-name=Ada': expected key=value with an identifier as key "
+            "(for example name=Ada or count=3)",
+        ),
+        (
+            ("run", f"{FLOWS}:Greet", "name=a", "name=b"),
+            2,
+            "bad argument 'name=b': 'name' is given twice",
+        ),
+        (
+            ("run", f"{FLOWS}:shout_instance", "--timeout", "3"),
+            2,
+            "--timeout needs a Workflow class, but tests.cli_fixtures.flows:shout_instance is "
+            "an instance; name the class or configure the instance where it is created",
+        ),
+        (
+            ("draw", f"{FLOWS}:Review", "-o", "review.png"),
+            2,
+            "cannot draw a workflow to 'review.png': unknown file extension '.png'; use .mmd "
+            "for Mermaid or .html for a self-contained page",
+        ),
+        (
+            ("runs", "list", "--journal", "does-not-exist.db"),
+            2,
+            "no journal at 'does-not-exist.db'",
+        ),
+    ],
+    ids=[
+        "module-not-found",
+        "attribute-missing",
+        "not-a-workflow",
+        "a-class-but-not-a-workflow",
+        "no-colon",
+        "no-equals",
+        "bad-key",
+        "duplicate-key",
+        "timeout-on-instance",
+        "draw-bad-extension",
+        "journal-missing",
+    ],
+)
+def test_usage_errors_are_one_line_with_status_2(
+    arguments: tuple[str, ...], status: int, message: str, tmp_path: Path
+) -> None:
+    proc = tickwork(*arguments, cwd=tmp_path if arguments[0] == "runs" else ROOT)
+    assert proc.returncode == status
+    assert single_error(proc) == message
+
+
+def test_unknown_runs_and_resume_mistakes_are_usage_errors(tmp_path: Path) -> None:
+    journal = str(tmp_path / "runs.db")
+    made = tickwork("run", f"{FLOWS}:Greet", "name=Ada", "--journal", journal, "-q")
+    assert made.returncode == 0, made.stderr
+    (entry,) = json.loads(tickwork("runs", "list", "--journal", journal, "--json").stdout)
+
+    unknown = tickwork("runs", "show", "nope", "--journal", journal)
+    assert unknown.returncode == 2
+    assert single_error(unknown) == f"no run 'nope' in journal {journal!r}"
+
+    unknown_resume = tickwork(
+        "runs", "resume", "nope", "--journal", journal, "--workflow", f"{FLOWS}:Greet"
+    )
+    assert unknown_resume.returncode == 2
+    assert single_error(unknown_resume) == f"no run 'nope' in journal {journal!r}"
+
+    no_workflow = tickwork("runs", "resume", entry["run_id"], "--journal", journal)
+    assert no_workflow.returncode == 2
+    assert single_error(no_workflow) == (
+        "runs resume needs --workflow MODULE:WORKFLOW to resume the run with"
+    )
+
+
+def test_resuming_with_another_workflow_is_refused(tmp_path: Path) -> None:
+    journal = str(tmp_path / "runs.db")
+    marker = str(tmp_path / "crashed")
+    crashed = tickwork("run", f"{FLOWS}:Crashy", f"marker={marker}", "--journal", journal)
+    assert crashed.returncode == 17, crashed.stderr
+    (entry,) = json.loads(tickwork("runs", "list", "--journal", journal, "--json").stdout)
+    wrong = tickwork(
+        "runs", "resume", entry["run_id"], "--journal", journal, "--workflow", f"{FLOWS}:Greet"
+    )
+    assert wrong.returncode == 2
+    assert single_error(wrong) == (
+        f"run {entry['run_id']!r} belongs to workflow tests.cli_fixtures.flows.Crashy, "
+        "not tests.cli_fixtures.flows.Greet"
+    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "stdin", "pattern"),
+    [
+        (
+            (f"{FLOWS}:Boom",),
+            "",
+            r"run \w{10} failed in step explode: RuntimeError: kaboom",
+        ),
+        (
+            (f"{FLOWS}:Greet",),  # no name=...: the step fails reading it
+            "",
+            r"run \w{10} failed in step hello: AttributeError: .*'name'",
+        ),
+        (
+            (f"{FLOWS}:Sleepy", "--timeout", "0.2"),
+            "",
+            r"run \w{10} timed out: WorkflowTimeoutError: .*0\.2 seconds.*nap.*",
+        ),
+        (
+            (f"{FLOWS}:Review", 'topics=["a"]'),
+            "",
+            r"run \w{10} needs an answer \(Approval\) but stdin gave none; run cancelled",
+        ),
+        (
+            (f"{FLOWS}:Review", 'topics=["a"]'),
+            '{"approved": "maybe"}\n',
+            r"invalid answer: Approval: approved: Input should be a valid boolean.*; "
+            r"run cancelled",
+        ),
+    ],
+    ids=["step-fails", "missing-start-field", "timeout", "no-answer", "bad-answer"],
+)
+def test_run_failures_are_one_line_with_status_1(
+    arguments: tuple[str, ...], stdin: str, pattern: str
+) -> None:
+    proc = tickwork("run", *arguments, "-q", stdin=stdin)
+    assert proc.returncode == 1
+    assert re.fullmatch(pattern, single_error(proc)), proc.stderr
+
+
+def test_a_failing_run_ends_its_progress_with_the_error_line() -> None:
+    proc = tickwork("run", f"{FLOWS}:Boom")
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert "[explode:0] failed or cancelled" in lines
+    assert re.fullmatch(
+        r"tickwork: error: run \w{10} failed in step explode: RuntimeError: kaboom", lines[-1]
+    )
+
+
+def test_argparse_errors_exit_with_status_2() -> None:
+    proc = tickwork("run", f"{FLOWS}:Greet", "--timeout", "soon")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == (
+        "tickwork run: error: argument --timeout: expected seconds or 'none', got 'soon'"
+    )
+
+
+# --- in-process helpers ------------------------------------------------------------------
+
+
+def test_parse_assignments() -> None:
+    assert parse_assignments(["a=1", "b=x", "c=[1]", "d=a=b"]) == {
+        "a": 1,
+        "b": "x",
+        "c": [1],
+        "d": "a=b",
+    }
+    with pytest.raises(CliError, match="'=3'") as caught:
+        parse_assignments(["=3"])
+    assert caught.value.status == 2
+
+
+def test_main_imports_from_the_current_directory_when_it_is_not_on_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The installed ``tickwork`` script does not put the current directory on sys.path."""
+    (tmp_path / "cwdflow.py").write_text(
+        "from tickwork import StartEvent, StopEvent, Workflow, step\n\n\n"
+        "class Hello(Workflow):\n"
+        "    @step\n"
+        "    async def hello(self, ev: StartEvent) -> StopEvent:\n"
+        "        return StopEvent(result='hi')\n",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "cwdflow", raising=False)
+    assert main(["run", "cwdflow:Hello", "-q"]) == 0
+    assert capsys.readouterr().out == '"hi"\n'
+    sys.modules.pop("cwdflow", None)
