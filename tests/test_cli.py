@@ -2,18 +2,21 @@
 subprocess, with the example workflows of ``tests/cli_fixtures``.
 
 What is checked: the result on stdout, progress on stderr, the exit status, and for each
-error exactly one ``tickwork: error:`` line.  A few pure helpers (``parse_assignments``)
-and the import rules are also tested in-process.
+error exactly one ``tickwork: error:`` line.  The many error cases call ``main()``
+in-process (the same code, without a second of interpreter start-up each); a few of them
+also run as a process to prove the exit status reaches the shell.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,13 +45,18 @@ def tickwork(
     )
 
 
-def single_error(proc: subprocess.CompletedProcess[str]) -> str:
-    """The one error line of a failed command (and nothing else on stderr)."""
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, proc.stderr
+def single_error(output: subprocess.CompletedProcess[str] | Any) -> str:
+    """The one error line of a failed command (and nothing else on stderr or stdout).
+
+    ``output`` is a finished subprocess or pytest's captured output (``out``, ``err``).
+    """
+    stderr = output.stderr if hasattr(output, "stderr") else output.err
+    stdout = output.stdout if hasattr(output, "stdout") else output.out
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
     assert lines[0].startswith("tickwork: error: "), lines[0]
-    assert proc.stdout == ""
-    return lines[0].removeprefix("tickwork: error: ")
+    assert stdout == ""
+    return str(lines[0].removeprefix("tickwork: error: "))
 
 
 # --- tickwork run ------------------------------------------------------------------------
@@ -358,34 +366,60 @@ def test_draw_without_output_prints_mermaid_for_an_instance_too() -> None:
     ],
 )
 def test_usage_errors_are_one_line_with_status_2(
-    arguments: tuple[str, ...], status: int, message: str, tmp_path: Path
+    arguments: tuple[str, ...],
+    status: int,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    proc = tickwork(*arguments, cwd=tmp_path if arguments[0] == "runs" else ROOT)
-    assert proc.returncode == status
-    assert single_error(proc) == message
+    monkeypatch.chdir(tmp_path if arguments[0] in ("runs", "draw") else ROOT)
+    assert main(list(arguments)) == status
+    assert single_error(capsys.readouterr()) == message
+    assert list(tmp_path.iterdir()) == []  # nothing was created (no journal, no drawing)
 
 
-def test_unknown_runs_and_resume_mistakes_are_usage_errors(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (("run", "no_such_module:Flow"), "cannot import module 'no_such_module'"),
+        (("run", f"{FLOWS}:Greet", "oops"), "bad argument 'oops'"),
+    ],
+)
+def test_usage_errors_exit_the_process_with_status_2(
+    arguments: tuple[str, ...], message: str
+) -> None:
+    proc = tickwork(*arguments)
+    assert proc.returncode == 2
+    assert single_error(proc).startswith(message)
+
+
+def test_unknown_runs_and_resume_mistakes_are_usage_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(ROOT)
     journal = str(tmp_path / "runs.db")
-    made = tickwork("run", f"{FLOWS}:Greet", "name=Ada", "--journal", journal, "-q")
-    assert made.returncode == 0, made.stderr
-    (entry,) = json.loads(tickwork("runs", "list", "--journal", journal, "--json").stdout)
+    assert main(["run", f"{FLOWS}:Greet", "name=Ada", "--journal", journal, "-q"]) == 0
+    assert main(["runs", "list", "--journal", journal, "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out.split("\n", 1)[1])  # after the result line
 
-    unknown = tickwork("runs", "show", "nope", "--journal", journal)
-    assert unknown.returncode == 2
-    assert single_error(unknown) == f"no run 'nope' in journal {journal!r}"
+    assert main(["runs", "show", "nope", "--journal", journal]) == 2
+    assert single_error(capsys.readouterr()) == f"no run 'nope' in journal {journal!r}"
 
-    unknown_resume = tickwork(
-        "runs", "resume", "nope", "--journal", journal, "--workflow", f"{FLOWS}:Greet"
-    )
-    assert unknown_resume.returncode == 2
-    assert single_error(unknown_resume) == f"no run 'nope' in journal {journal!r}"
+    resume = ["runs", "resume", "nope", "--journal", journal, "--workflow", f"{FLOWS}:Greet"]
+    assert main(resume) == 2
+    assert single_error(capsys.readouterr()) == f"no run 'nope' in journal {journal!r}"
 
-    no_workflow = tickwork("runs", "resume", entry["run_id"], "--journal", journal)
-    assert no_workflow.returncode == 2
-    assert single_error(no_workflow) == (
+    assert main(["runs", "resume", entry["run_id"], "--journal", journal]) == 2
+    assert single_error(capsys.readouterr()) == (
         "runs resume needs --workflow MODULE:WORKFLOW to resume the run with"
     )
+
+    instance = ["runs", "resume", "x", "--journal", journal, "--workflow", f"{FLOWS}:Greet"]
+    instance[-1] = f"{FLOWS}:shout_instance"
+    instance[2] = entry["run_id"]
+    assert main(instance) == 2
+    assert "already finished (completed)" in single_error(capsys.readouterr())
 
 
 def test_resuming_with_another_workflow_is_refused(tmp_path: Path) -> None:
@@ -437,17 +471,33 @@ def test_resuming_with_another_workflow_is_refused(tmp_path: Path) -> None:
     ids=["step-fails", "missing-start-field", "timeout", "no-answer", "bad-answer"],
 )
 def test_run_failures_are_one_line_with_status_1(
-    arguments: tuple[str, ...], stdin: str, pattern: str
+    arguments: tuple[str, ...],
+    stdin: str,
+    pattern: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    proc = tickwork("run", *arguments, "-q", stdin=stdin)
-    assert proc.returncode == 1
-    assert re.fullmatch(pattern, single_error(proc)), proc.stderr
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    assert main(["run", *arguments, "-q"]) == 1
+    captured = capsys.readouterr()
+    assert re.fullmatch(pattern, single_error(captured)), captured.err
 
 
-def test_a_failing_run_ends_its_progress_with_the_error_line() -> None:
-    proc = tickwork("run", f"{FLOWS}:Boom")
+def test_a_failing_run_exits_the_process_with_status_1() -> None:
+    proc = tickwork("run", f"{FLOWS}:Boom", "-q")
     assert proc.returncode == 1
-    lines = proc.stderr.splitlines()
+    assert re.fullmatch(
+        r"run \w{10} failed in step explode: RuntimeError: kaboom", single_error(proc)
+    )
+
+
+def test_a_failing_run_ends_its_progress_with_the_error_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["run", f"{FLOWS}:Boom"]) == 1
+    lines = capsys.readouterr().err.splitlines()
     assert "[explode:0] failed or cancelled" in lines
     assert re.fullmatch(
         r"tickwork: error: run \w{10} failed in step explode: RuntimeError: kaboom", lines[-1]

@@ -93,8 +93,8 @@ class StepInvoker:
         self.resources: list[Any] = list(config.resources)
 
 
-async def _bind_arguments(
-    session: RunSession, invocation: Invocation, invoker: StepInvoker, scope: StepScope
+def _bind_arguments(
+    invocation: Invocation, invoker: StepInvoker, scope: StepScope
 ) -> dict[str, Any]:
     item = invocation.item
     kwargs: dict[str, Any]
@@ -106,8 +106,6 @@ async def _bind_arguments(
         kwargs = {invoker.event_name: item.event}
     if invoker.context_parameter:
         kwargs[invoker.context_parameter] = scope.context()
-    if invoker.resources:
-        kwargs.update(await session.resolve_resources(invoker.resources))
     return kwargs
 
 
@@ -115,7 +113,9 @@ async def _run_body(
     session: RunSession, invocation: Invocation, invoker: StepInvoker, scope: StepScope
 ) -> Any:
     session.enter_step(scope)
-    kwargs = await _bind_arguments(session, invocation, invoker, scope)
+    kwargs = _bind_arguments(invocation, invoker, scope)
+    if invoker.resources:
+        kwargs.update(await session.resolve_resources(invoker.resources))
     if invoker.is_async:
         value = await invoker.fn(**kwargs)
     else:
@@ -132,8 +132,6 @@ async def _run_with_timeout(
     session: RunSession, invocation: Invocation, invoker: StepInvoker, scope: StepScope
 ) -> Any:
     timeout = invoker.timeout
-    if timeout is None:
-        return await _run_body(session, invocation, invoker, scope)
     with anyio.move_on_after(timeout) as deadline:
         return await _run_body(session, invocation, invoker, scope)
     if deadline.cancelled_caught:
@@ -188,7 +186,10 @@ async def execute_invocation(
     invoker = session.invoker(invocation.step)
     span = session.step_span(invocation)
     try:
-        value = await _run_with_timeout(session, invocation, invoker, scope)
+        if invoker.timeout is None:
+            value = await _run_body(session, invocation, invoker, scope)
+        else:
+            value = await _run_with_timeout(session, invocation, invoker, scope)
     except Suspend as suspend:
         if span is not None:
             span.suspended()

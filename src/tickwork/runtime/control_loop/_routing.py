@@ -1,0 +1,384 @@
+"""Reducer phases that route events: emission claims, deliveries to steps and joins,
+fan-out stream accounting (through :mod:`.streams`), cuts and stuck-stream detection."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tickwork.errors import WorkflowRuntimeError
+from tickwork.events import (
+    CollectionReleaseEvent,
+    InputRequiredEvent,
+    UnhandledEvent,
+)
+from tickwork.runtime.control_loop._tx import (
+    Tx,
+    _log,
+    dispatch_or_queue,
+    drain_queue,
+    fail_run,
+    finish_invocation,
+    invocation_order,
+    waiter_order,
+)
+from tickwork.runtime.control_loop._waiters import (
+    delete_waiters,
+    resolve_waiters,
+)
+from tickwork.runtime.control_loop.streams import (
+    AccountingError,
+    Release,
+    Settlement,
+    add_open_work,
+    buffer_member,
+    close_stream,
+    nearest_binding,
+    release_key,
+    settle,
+)
+from tickwork.runtime.types.commands import (
+    CancelWorker,
+    PublishEvent,
+)
+from tickwork.runtime.types.evolve import evolve as replace
+from tickwork.runtime.types.persistent import PQueue
+from tickwork.runtime.types.state import (
+    StepSpec,
+    WorkItem,
+)
+from tickwork.runtime.types.ticks import (
+    AddEvent,
+)
+
+
+def claim_emission(tx: Tx, tick: AddEvent) -> bool:
+    """Record a keyed send as routed; ``False`` if it was routed before or is orphaned."""
+    if tick.emission_key is None or tick.source_step is None:
+        return True
+    inv_id, index = tick.emission_key
+    current = tx.step(tick.source_step)
+    invocation = current.in_progress.get(inv_id)
+    if invocation is None or index in invocation.received:
+        return False
+    updated = replace(invocation, received=invocation.received.add(index))
+    tx.put_step(
+        tick.source_step, replace(current, in_progress=current.in_progress.set(inv_id, updated))
+    )
+    return True
+
+
+def deliver_event(
+    tx: Tx,
+    event: Any,
+    target: str | None,
+    recovery_counts: Mapping[str, int],
+    scope_path: tuple[str, ...],
+) -> int:
+    """Resolve waiters, then route ``event`` to every accepting step (or ``target``).
+
+    Returns the number of new open work items this created in the event's stream
+    (dispatched or queued work items; buffered arrivals and woken waiters count 0).
+    """
+    woken = resolve_waiters(tx, event)
+    delivered = bool(woken)
+    opened = 0
+    routes = (target,) if target is not None else tx.base.config.routes_for(type(event))
+    for step in routes:
+        if step in woken:
+            continue
+        opened += _route_to_step(tx, step, event, recovery_counts, scope_path)
+        delivered = True
+    if not delivered:
+        _publish_unhandled(tx, event, target)
+    return opened
+
+
+def _route_to_step(
+    tx: Tx,
+    step: str,
+    event: Any,
+    recovery_counts: Mapping[str, int],
+    scope_path: tuple[str, ...],
+) -> int:
+    """Deliver one event to one step; returns the open work items it created (0 or 1)."""
+    spec = tx.spec(step)
+    if spec.kind == "collect":
+        _arrive_at_collect_step(tx, step, event, scope_path)
+        return 0
+    if spec.kind == "join":
+        return _arrive_at_join(tx, step, event, recovery_counts, scope_path)
+    item = WorkItem(
+        work_item_id=tx.mint_work_item(),
+        step=step,
+        event=event,
+        scope_path=scope_path,
+        recovery_counts=recovery_counts,
+    )
+    dispatch_or_queue(tx, step, item)
+    return 1
+
+
+def _arrive_at_collect_step(tx: Tx, step: str, event: Any, scope_path: tuple[str, ...]) -> None:
+    """Buffer a stream member for the nearest enclosing stream bound to ``step``."""
+    config = tx.base.config
+    found = nearest_binding(tx.streams, scope_path, config.bindings_by_producer, step, type(event))
+    if found is None:
+        _log.warning(
+            "%s reached the list[E] step %r outside any fan-out stream bound to it; "
+            "list[E] steps only collect members of a stream, so it is ignored",
+            type(event).__name__,
+            step,
+        )
+        return
+    stream_id, binding = found
+    streams, releases, release = buffer_member(tx.streams, tx.releases, stream_id, binding, event)
+    tx.streams = streams
+    tx.releases = releases
+    if release is not None:
+        _dispatch_release(tx, release)
+        if binding.cancel_rest:
+            _cut_stream(tx, stream_id)
+
+
+def _dispatch_release(tx: Tx, release: Release) -> None:
+    """A binding fired: its batch is a work item of the target step, in the parent scope."""
+    event = CollectionReleaseEvent(
+        events=list(release.events),
+        stream_id=release.stream_id,
+        binding_id=release.binding.binding_id,
+    )
+    item = WorkItem(
+        work_item_id=f"work_item_collect_{release.stream_id}:{release.binding.binding_id}",
+        step=release.binding.target,
+        event=event,
+        scope_path=release.output_scope_path,
+    )
+    dispatch_or_queue(tx, release.binding.target, item)
+
+
+def _arrive_at_join(
+    tx: Tx,
+    step: str,
+    event: Any,
+    recovery_counts: Mapping[str, int],
+    scope_path: tuple[str, ...],
+) -> int:
+    """Buffer a multi-slot arrival; dispatch the join when a batch is complete."""
+    spec = tx.spec(step)
+    current = tx.step(step)
+    buffer = (*current.join_buffer, event)
+    found = _assign_slots(spec, buffer)
+    if found is None:
+        tx.put_step(step, replace(current, join_buffer=buffer))
+        return 0
+    positions = dict(found)
+    assignment = {name: buffer[pos] for name, pos in positions.items()}
+    used = set(positions.values())
+    rest = tuple(ev for pos, ev in enumerate(buffer) if pos not in used)
+    tx.put_step(step, replace(current, join_buffer=rest))
+    item = WorkItem(
+        work_item_id=tx.mint_work_item(),
+        step=step,
+        event=event,
+        bound_events=assignment,
+        scope_path=scope_path,
+        recovery_counts=recovery_counts,
+    )
+    dispatch_or_queue(tx, step, item)
+    return 1
+
+
+def _assign_slots(spec: StepSpec, buffer: tuple[Any, ...]) -> dict[str, int] | None:
+    """Assign slots in declaration order to the earliest matching arrivals (backtracking).
+
+    Returns each slot's position in ``buffer`` (positions, not objects: the same event
+    object may arrive twice and is then two arrivals)."""
+
+    def matches(slot_type: type, event: Any) -> bool:
+        if spec.subclass_mode:
+            return isinstance(event, slot_type)
+        return type(event) is slot_type
+
+    def search(index: int, used: frozenset[int]) -> dict[str, int] | None:
+        if index == len(spec.slots):
+            return {}
+        name, slot_type = spec.slots[index]
+        for position, event in enumerate(buffer):
+            if position in used or not matches(slot_type, event):
+                continue
+            rest = search(index + 1, used | {position})
+            if rest is not None:
+                return {name: position, **rest}
+        return None
+
+    return search(0, frozenset())
+
+
+def _publish_unhandled(tx: Tx, event: Any, target: str | None) -> None:
+    if isinstance(event, InputRequiredEvent):
+        return
+    etype = type(event)
+    idle = tx.queued == 0 and tx.running == 0
+    tx.emit(
+        PublishEvent(
+            UnhandledEvent(
+                event_type=etype.__name__,
+                qualified_name=f"{etype.__module__}.{etype.__qualname__}",
+                step_name=target,
+                idle=idle,
+            )
+        )
+    )
+
+
+def emit_events(
+    tx: Tx,
+    events: list[Any],
+    recovery_counts: Mapping[str, int],
+    scope_path: tuple[str, ...],
+) -> int:
+    """Publish HITL requests and route each event; returns the work items opened."""
+    opened = 0
+    for event in events:
+        if isinstance(event, InputRequiredEvent):
+            tx.emit(PublishEvent(event))
+    for event in events:
+        opened += deliver_event(tx, event, None, recovery_counts, scope_path)
+        if not tx.live:
+            break
+    return opened
+
+
+def settle_in_stream(
+    tx: Tx,
+    scope_path: tuple[str, ...],
+    kind: Settlement,
+    deliveries: int = 0,
+    new_bindings: int = 0,
+) -> None:
+    """Classify a finished execution in its innermost stream (top level: nothing).
+
+    A stream that was cut by ``Take(n, cancel_rest=True)`` while this item ran is gone,
+    and there is nothing left to account for.
+    """
+    if not scope_path or not tx.live or scope_path[-1] not in tx.streams:
+        return
+    try:
+        tx.streams = settle(tx.streams, scope_path[-1], kind, deliveries, new_bindings)
+    except AccountingError as error:
+        _fail_accounting(tx, scope_path[-1], error)
+        return
+    tx.touched_streams.add(scope_path[-1])
+
+
+def count_open_work(tx: Tx, stream: str, count: int) -> None:
+    tx.streams = add_open_work(tx.streams, stream, count)
+    tx.touched_streams.add(stream)
+
+
+def _fail_accounting(tx: Tx, stream: str, error: AccountingError) -> None:
+    """An impossible accounting state fails the run loudly instead of hanging it."""
+    state = tx.streams.get(stream)
+    source = state.source_step if state is not None else "<unknown>"
+    fail_run(tx, source, WorkflowRuntimeError(str(error)), attempts=None, elapsed=None)
+
+
+def close_finished_streams(tx: Tx) -> None:
+    """Close every touched stream whose open work reached zero; fire its releases."""
+    pending = sorted(tx.touched_streams)
+    tx.touched_streams = set()
+    for stream in pending:
+        if not tx.live:
+            return
+        state = tx.streams.get(stream)
+        if state is None or state.open_work_items > 0:
+            continue
+        streams, releases, fired = close_stream(
+            tx.streams, tx.releases, stream, tx.base.config.bindings_by_id
+        )
+        tx.streams = streams
+        tx.releases = releases
+        for release in fired:
+            _dispatch_release(tx, release)
+
+
+def _cut_stream(tx: Tx, stream: str) -> None:
+    """``Take(n, cancel_rest=True)``: drop and cancel the rest of ``stream`` (and nested).
+
+    Cost is O(queued + running + waiting work of the run), paid once per cut.
+    """
+
+    def inside(path: tuple[str, ...]) -> bool:
+        return stream in path
+
+    for step in tx.base.steps:
+        current = tx.step(step)
+        kept = [it for it in current.queue if not inside(it.scope_path)]
+        dropped = len(current.queue) - len(kept)
+        if dropped:
+            tx.put_step(step, replace(current, queue=PQueue.of(kept)))
+            tx.queued += -dropped
+        for invocation in sorted(
+            tx.step(step).in_progress.values(), key=lambda inv: invocation_order(inv.invocation_id)
+        ):
+            if inside(invocation.item.scope_path):
+                tx.emit(CancelWorker(invocation.invocation_id))
+                finish_invocation(tx, invocation, publish=True, output=None)
+        for waiter in sorted(tx.step(step).waiters.values(), key=waiter_order):
+            if inside(waiter.item.scope_path):
+                delete_waiters(tx, step, waiter.item.work_item_id, None)
+        drain_queue(tx, step)
+    nested = [sid for sid, st in tx.streams.items() if stream in (*st.scope_path, sid)]
+    streams, releases = tx.streams, tx.releases
+    for sid in nested:
+        if sid == stream:
+            continue
+        for binding_id in tx.base.config.bindings_by_id:
+            releases = releases.delete(release_key(sid, binding_id))
+        streams = streams.delete(sid)
+    tx.streams = streams
+    tx.releases = releases
+    if stream in tx.streams:
+        streams, releases, fired = close_stream(
+            tx.streams, tx.releases, stream, tx.base.config.bindings_by_id
+        )
+        tx.streams = streams
+        tx.releases = releases
+        for release in fired:
+            _dispatch_release(tx, release)
+
+
+def fail_stuck_stream(tx: Tx) -> bool:
+    """At a confirmed idle point, fail the run if an open stream can never close."""
+    streams = tx.streams
+    if not streams and not tx.releases:
+        return False
+    waiting_paths = [
+        waiter.item.scope_path
+        for step in tx.base.steps
+        for waiter in tx.step(step).waiters.values()
+        if waiter.resolved_event is None
+    ]
+    for key, release in sorted(tx.releases.items()):
+        if release.stream_id not in streams:
+            binding = tx.base.config.bindings_by_id.get(release.binding_id)
+            source = binding.producer if binding is not None else "<unknown>"
+            error = WorkflowRuntimeError(
+                f"the collect buffer {key} of step {source!r} belongs to a stream that no "
+                "longer exists, so its join can never fire"
+            )
+            fail_run(tx, source, error, attempts=None, elapsed=None)
+            return True
+    for sid in sorted(streams.keys()):
+        if any(sid in path for path in waiting_paths):
+            continue
+        stream = streams[sid]
+        error = WorkflowRuntimeError(
+            f"the fan-out stream {sid} opened by step {stream.source_step!r} can never "
+            f"close: the run is idle with {stream.open_work_items} open work item(s) in it "
+            "and no waiter that could resume them"
+        )
+        fail_run(tx, stream.source_step, error, attempts=None, elapsed=None)
+        return True
+    return False

@@ -1,0 +1,322 @@
+"""The reducer's accumulator and its dispatch primitives.
+
+A reduction works on a :class:`Tx`: the run's scalar fields as attributes, the steps it
+changed, and the commands it produced; ``commit`` builds the new state once.  The
+functions here are the moves every phase makes: dispatch a work item to a free slot or
+queue it, drain a queue, free a slot, end the run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from tickwork.runtime.types.commands import (
+    CancelWorker,
+    Command,
+    CompleteRun,
+    FailWorkflow,
+    PublishStepState,
+    RunWorker,
+)
+from tickwork.runtime.types.evolve import evolve as replace
+from tickwork.runtime.types.persistent import PMap
+from tickwork.runtime.types.state import (
+    NO_SENDS,
+    Invocation,
+    ReleaseState,
+    RunState,
+    StepRunState,
+    StepSpec,
+    StreamState,
+    Waiter,
+    WorkItem,
+)
+from tickwork.runtime.types.step_id import invocation_id, work_item_id
+from tickwork.runtime.types.waiter_index import WaiterIndex
+
+FRESH_STEP = StepRunState()
+
+
+_NO_WAITERS: Mapping[str, Waiter] = {}
+
+
+_log = logging.getLogger("tickwork.runtime")
+
+
+_SCALARS = (
+    "status",
+    "is_running",
+    "queued",
+    "running",
+    "waiter_index",
+    "streams",
+    "releases",
+    "stream_seq",
+    "work_item_seq",
+    "invocation_seq",
+    "journal_seq",
+    "elapsed_alive",
+    "last_alive_stamp",
+    "idle_check_pending",
+)
+
+
+class Tx:
+    """The accumulator of one reduction: the run's fields as attributes, the changed
+    steps, and the commands produced so far.  ``commit`` builds the new state once."""
+
+    __slots__ = ("base", "commands", "now", "steps", "touched_streams", *_SCALARS)
+
+    status: str
+    is_running: bool
+    queued: int
+    running: int
+    waiter_index: WaiterIndex
+    streams: PMap[str, StreamState]
+    releases: PMap[str, ReleaseState]
+    stream_seq: int
+    work_item_seq: int
+    invocation_seq: int
+    journal_seq: int
+    elapsed_alive: float
+    last_alive_stamp: float | None
+    idle_check_pending: bool
+
+    def __init__(self, base: RunState, now: float) -> None:
+        self.base = base
+        self.now = now
+        self.touched_streams: set[str] = set()
+        self.steps: dict[str, StepRunState] = {}
+        self.commands: list[Command] = []
+        self.status = base.status
+        self.is_running = base.is_running
+        self.queued = base.queued
+        self.running = base.running
+        self.waiter_index = base.waiter_index
+        self.streams = base.streams
+        self.releases = base.releases
+        self.stream_seq = base.stream_seq
+        self.work_item_seq = base.work_item_seq
+        self.invocation_seq = base.invocation_seq
+        self.journal_seq = base.journal_seq
+        self.elapsed_alive = base.elapsed_alive
+        self.last_alive_stamp = base.last_alive_stamp
+        self.idle_check_pending = base.idle_check_pending
+
+    def step(self, name: str) -> StepRunState:
+        current = self.steps.get(name)
+        return current if current is not None else self.base.steps[name]
+
+    def put_step(self, name: str, value: StepRunState) -> None:
+        self.steps[name] = value
+
+    def spec(self, name: str) -> StepSpec:
+        spec: StepSpec = self.base.config.steps[name]
+        return spec
+
+    def emit(self, command: Command) -> None:
+        self.commands.append(command)
+
+    def mint_work_item(self) -> str:
+        seq = self.work_item_seq
+        self.work_item_seq = seq + 1
+        return work_item_id(seq)
+
+    def mint_invocation(self) -> str:
+        seq = self.invocation_seq
+        self.invocation_seq = seq + 1
+        return invocation_id(seq)
+
+    @property
+    def live(self) -> bool:
+        return self.status == "running"
+
+    def commit(self) -> RunState:
+        base = self.base
+        steps = base.steps
+        if self.steps:
+            steps = dict(steps)
+            steps.update(self.steps)
+        return RunState(
+            base.config,
+            steps,
+            self.status,  # type: ignore[arg-type]
+            self.is_running,
+            self.queued,
+            self.running,
+            self.waiter_index,
+            self.streams,
+            self.releases,
+            self.stream_seq,
+            self.work_item_seq,
+            self.invocation_seq,
+            self.journal_seq,
+            self.elapsed_alive,
+            self.last_alive_stamp,
+            self.idle_check_pending,
+        )
+
+
+def invocation_order(invocation_id: str) -> int:
+    """Sort key of invocation ids: minting order (maps iterate in hash order, and
+    anything the reducer emits while walking one must not depend on the process)."""
+    return int(invocation_id.rsplit("-", 1)[1])
+
+
+def waiter_order(waiter: Waiter) -> str:
+    """Sort key of waiters: their id."""
+    return waiter.waiter_id
+
+
+def _has_free_slot(spec: StepSpec, step_state: StepRunState) -> bool:
+    return step_state.slots.busy < spec.num_workers
+
+
+def start_invocation(tx: Tx, step: str, item: WorkItem) -> None:
+    """Dispatch ``item`` to the smallest free slot: record the invocation, ask for a worker."""
+    current = tx.step(step)
+    slot, slots = current.slots.acquire()
+    waiters = current.waiters
+    item_waiters = current.waiters_by_item.get(item.work_item_id) if waiters else None
+    resumed = item.resume_identity
+    if resumed is None:
+        inv_id, received = tx.mint_invocation(), NO_SENDS
+    else:
+        (inv_id, received), item = resumed, replace(item, resume_identity=None)
+    invocation = Invocation(
+        inv_id,
+        step,
+        slot,
+        item,
+        tx.now,
+        received,
+        current.collect_buffers,
+        {wid: waiters[wid] for wid in item_waiters} if item_waiters else _NO_WAITERS,
+    )
+    tx.steps[step] = StepRunState(
+        current.queue,
+        current.in_progress.set(inv_id, invocation),
+        slots,
+        current.collect_buffers,
+        current.join_buffer,
+        waiters,
+        current.waiters_by_item,
+    )
+    tx.running += 1
+    tx.emit(PublishStepState(step, "running", str(slot), type(item.event), event=item.event))
+    tx.emit(RunWorker(invocation))
+
+
+def dispatch_or_queue(tx: Tx, step: str, item: WorkItem) -> None:
+    """Run ``item`` in the smallest free slot, or queue it (publishing PREPARING)."""
+    if _has_free_slot(tx.spec(step), tx.step(step)):
+        start_invocation(tx, step, item)
+        return
+    current = tx.step(step)
+    tx.put_step(step, replace(current, queue=current.queue.append(item)))
+    tx.queued += 1
+    tx.emit(PublishStepState(step, "preparing", "<enqueued>", type(item.event)))
+
+
+def drain_queue(tx: Tx, step: str) -> None:
+    """Fill free slots of ``step`` with the first eligible queued items, in order."""
+    spec = tx.spec(step)
+    now = tx.now
+    while True:
+        current = tx.step(step)
+        if not current.queue:
+            return
+        if not _has_free_slot(spec, current):
+            return
+        item, rest = current.queue.pop_first(
+            lambda it: it.not_before is None or it.not_before <= now
+        )
+        if item is None:
+            return
+        tx.put_step(step, replace(current, queue=rest))
+        tx.queued += -1
+        start_invocation(tx, step, item)
+
+
+def release_slot(tx: Tx, invocation: Invocation) -> None:
+    step = invocation.step
+    current = tx.step(step)
+    tx.steps[step] = StepRunState(
+        current.queue,
+        current.in_progress.delete(invocation.invocation_id),
+        current.slots.release(invocation.worker_id),
+        current.collect_buffers,
+        current.join_buffer,
+        current.waiters,
+        current.waiters_by_item,
+    )
+    tx.running -= 1
+
+
+def finish_invocation(
+    tx: Tx,
+    invocation: Invocation,
+    *,
+    publish: bool,
+    output: type | None,
+    has_output: bool = False,
+    value: Any = None,
+) -> None:
+    """Free the invocation's slot and publish its NOT_RUNNING."""
+    release_slot(tx, invocation)
+    if publish:
+        tx.emit(
+            PublishStepState(
+                invocation.step,
+                "not_running",
+                str(invocation.worker_id),
+                type(invocation.item.event),
+                output,
+                has_output,
+                event=value,
+            )
+        )
+
+
+def cancel_all_workers(tx: Tx, keep_records: bool) -> list[str]:
+    """Cancel every running invocation; returns the sorted names of active steps."""
+    active: set[str] = set()
+    for step in tx.base.steps:
+        current = tx.step(step)
+        for inv_id in sorted(current.in_progress, key=invocation_order):
+            tx.emit(CancelWorker(inv_id))
+            active.add(step)
+        if not keep_records:
+            tx.put_step(step, FRESH_STEP)
+    if not keep_records:
+        tx.queued = 0
+        tx.running = 0
+        tx.waiter_index = WaiterIndex()
+        tx.streams = PMap()
+        tx.releases = PMap()
+    return sorted(active)
+
+
+def end_run(tx: Tx, status: str) -> list[str]:
+    active = cancel_all_workers(tx, keep_records=False)
+    tx.status = status
+    tx.is_running = False
+    return active
+
+
+def complete_run(tx: Tx, stop_event: Any) -> None:
+    end_run(tx, "completed")
+    tx.emit(CompleteRun(stop_event))
+
+
+def fail_run(
+    tx: Tx,
+    step: str,
+    exception: BaseException,
+    attempts: int | None,
+    elapsed: float | None,
+) -> None:
+    end_run(tx, "failed")
+    tx.emit(FailWorkflow(step, exception, attempts, elapsed))

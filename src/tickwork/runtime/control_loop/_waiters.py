@@ -1,0 +1,164 @@
+"""Reducer phases for ``wait_for_event`` waiters: register, resolve, time out, forget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tickwork.runtime.control_loop._tx import (
+    Tx,
+    dispatch_or_queue,
+    waiter_order,
+)
+from tickwork.runtime.types.commands import (
+    PublishEvent,
+    ScheduleWaiterTimeout,
+)
+from tickwork.runtime.types.evolve import evolve as replace
+from tickwork.runtime.types.results import Suspended
+from tickwork.runtime.types.state import (
+    Invocation,
+    Waiter,
+)
+from tickwork.runtime.types.ticks import (
+    WaiterTimeout,
+)
+
+
+def rerun_waiters_with_requirements(tx: Tx) -> None:
+    """Requirements are not stored; re-run their steps so they register them again."""
+    for step in sorted(tx.base.steps):
+        for waiter in sorted(tx.step(step).waiters.values(), key=waiter_order):
+            if (
+                waiter.has_requirements
+                and waiter.requirements is None
+                and not (waiter.resolved_event is not None or waiter.timed_out)
+            ):
+                dispatch_or_queue(tx, step, waiter.item)
+
+
+def arm_waiter_timeouts(tx: Tx) -> None:
+    """Schedule a check for every waiter that has a timeout budget."""
+    for step in tx.base.steps:
+        for waiter in sorted(tx.step(step).waiters.values(), key=waiter_order):
+            if waiter.timeout is not None and waiter.resolved_event is None:
+                remaining = waiter.timeout - (tx.elapsed_alive - waiter.registered_alive)
+                tx.emit(ScheduleWaiterTimeout(tx.now + max(0.0, remaining), step, waiter.waiter_id))
+
+
+def resolve_waiters(tx: Tx, event: Any) -> set[str]:
+    """Resolve every waiter ``event`` matches; re-deliver their work items.
+
+    Returns the names of the steps woken this way (they do not also receive the event).
+    """
+    index = tx.waiter_index
+    if not index:
+        return set()
+    woken: set[str] = set()
+    # Sorted: the index iterates in hash order, and resolution order decides dispatch
+    # order, which must not depend on the process (replay elsewhere must agree).
+    for step, waiter_id in sorted(set(index.candidates(event))):
+        current = tx.step(step)
+        waiter = current.waiters.get(waiter_id)
+        if waiter is None or not waiter.matches(event):
+            continue
+        resolved = replace(waiter, resolved_event=event)
+        tx.put_step(step, replace(current, waiters=current.waiters.set(waiter_id, resolved)))
+        _unindex_waiter(tx, step, waiter)
+        dispatch_or_queue(tx, step, waiter.item)
+        woken.add(step)
+    return woken
+
+
+def _index_waiter(tx: Tx, step: str, waiter: Waiter) -> None:
+    tx.waiter_index = tx.waiter_index.add(
+        waiter.event_type, waiter.requirements, (step, waiter.waiter_id)
+    )
+
+
+def _unindex_waiter(tx: Tx, step: str, waiter: Waiter) -> None:
+    tx.waiter_index = tx.waiter_index.remove(
+        waiter.event_type, waiter.requirements, (step, waiter.waiter_id)
+    )
+
+
+def register_waiter(tx: Tx, invocation: Invocation, outcome: Suspended) -> None:
+    """Record a suspension: keep an existing budget, publish ``waiter_event`` once."""
+    request = outcome.waiter
+    step = invocation.step
+    current = tx.step(step)
+    existing = current.waiters.get(request.waiter_id)
+    waiter = Waiter(
+        waiter_id=request.waiter_id,
+        item=invocation.item,
+        event_type=request.event_type,
+        requirements=request.requirements,
+        waiter_event=request.waiter_event,
+        timeout=request.timeout,
+        registered_alive=(existing.registered_alive if existing is not None else tx.elapsed_alive),
+        subclass_mode=tx.spec(step).subclass_mode,
+        has_requirements=bool(request.requirements) or request.has_requirements,
+    )
+    item_id = invocation.item.work_item_id
+    by_item = current.waiters_by_item.get(item_id, frozenset()) | {request.waiter_id}
+    tx.put_step(
+        step,
+        replace(
+            current,
+            waiters=current.waiters.set(request.waiter_id, waiter),
+            waiters_by_item=current.waiters_by_item.set(item_id, by_item),
+        ),
+    )
+    if existing is not None:
+        _unindex_waiter(tx, step, existing)
+    _index_waiter(tx, step, waiter)
+    if existing is None:
+        if request.waiter_event is not None:
+            tx.emit(PublishEvent(request.waiter_event))
+        if request.timeout is not None:
+            tx.emit(ScheduleWaiterTimeout(tx.now + request.timeout, step, request.waiter_id))
+
+
+def delete_waiters(tx: Tx, step: str, item_id: str, only: tuple[str, ...] | None) -> None:
+    """Forget the waiters of a work item (all of them, or the ``only`` ids)."""
+    current = tx.step(step)
+    ids = current.waiters_by_item.get(item_id)
+    if not ids:
+        return
+    doomed = ids if only is None else ids & frozenset(only)
+    if not doomed:
+        return
+    waiters = current.waiters
+    for waiter_id in doomed:
+        waiter = waiters.get(waiter_id)
+        if waiter is not None:
+            if waiter.resolved_event is None and not waiter.timed_out:
+                _unindex_waiter(tx, step, waiter)
+            waiters = waiters.delete(waiter_id)
+    left = ids - doomed
+    by_item = (
+        current.waiters_by_item.set(item_id, left)
+        if left
+        else current.waiters_by_item.delete(item_id)
+    )
+    tx.put_step(step, replace(tx.step(step), waiters=waiters, waiters_by_item=by_item))
+
+
+def process_waiter_timeout(tx: Tx, tick: WaiterTimeout) -> None:
+    """A waiter's budget may be spent: re-arm for what remains, or time it out."""
+    if not tx.live:
+        return
+    current = tx.step(tick.step)
+    waiter = current.waiters.get(tick.waiter_id)
+    if waiter is None or waiter.resolved_event is not None or waiter.timed_out:
+        return
+    assert waiter.timeout is not None
+    remaining = waiter.timeout - (tx.elapsed_alive - waiter.registered_alive)
+    if remaining > 1e-9:
+        tx.emit(ScheduleWaiterTimeout(tx.now + remaining, tick.step, tick.waiter_id))
+        return
+    timed_out = replace(waiter, timed_out=True)
+    tx.put_step(
+        tick.step, replace(current, waiters=current.waiters.set(waiter.waiter_id, timed_out))
+    )
+    _unindex_waiter(tx, tick.step, waiter)
+    dispatch_or_queue(tx, tick.step, waiter.item)
