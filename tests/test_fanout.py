@@ -1616,11 +1616,6 @@ async def test_an_open_stream_nobody_can_resume_fails_the_run_naming_the_produce
     assert len(stop_events(events)) == 1
 
 
-@pytest.mark.xfail(
-    reason="§21.1.7: a release state whose stream is gone is not detected as stuck; "
-    "the run idles until its timeout",
-    strict=True,
-)
 async def test_a_release_state_whose_stream_is_gone_is_stuck() -> None:
     snapshot = await _snapshot_of_a_waiting_stream()
     snapshot["workers"]["work"]["collected_waiters"] = []

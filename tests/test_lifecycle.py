@@ -1386,19 +1386,6 @@ class OrderFlow(Workflow):
         return StopEvent(result=ev.get("tag"))
 
 
-@pytest.mark.parametrize(
-    "anyio_backend",
-    [
-        "asyncio",
-        pytest.param(
-            "trio",
-            marks=pytest.mark.xfail(
-                reason="num_concurrent_runs slots are not granted in run() order under trio",
-                strict=True,
-            ),
-        ),
-    ],
-)
 async def test_concurrent_run_slots_are_granted_in_fifo_order() -> None:
     # Repeated, because a scheduler-order bug only shows up on some iterations.
     for _ in range(12):

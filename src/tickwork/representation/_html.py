@@ -285,8 +285,11 @@ def _summary(drawing: WorkflowDrawing) -> str:
     counts: dict[str, int] = {}
     for node in drawing.nodes:
         counts[node.node_type] = counts.get(node.node_type, 0) + 1
-    names = {"step": "steps", "event": "events", "resource": "resources"}
-    parts = [f"{counts[key]} {name}" for key, name in names.items() if counts.get(key)]
+    parts = [
+        f"{counts[kind]} {kind}{'' if counts[kind] == 1 else 's'}"
+        for kind in ("step", "event", "resource")
+        if counts.get(kind)
+    ]
     if counts.get("external"):
         parts.append("human in the loop")
     parts.append("click a node for details")
