@@ -16,9 +16,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from _pytest.capture import CaptureResult
 
 from tickwork.cli import CliError, main, parse_assignments
 
@@ -45,13 +45,15 @@ def tickwork(
     )
 
 
-def single_error(output: subprocess.CompletedProcess[str] | Any) -> str:
+def single_error(output: subprocess.CompletedProcess[str] | CaptureResult[str]) -> str:
     """The one error line of a failed command (and nothing else on stderr or stdout).
 
     ``output`` is a finished subprocess or pytest's captured output (``out``, ``err``).
     """
-    stderr = output.stderr if hasattr(output, "stderr") else output.err
-    stdout = output.stdout if hasattr(output, "stdout") else output.out
+    if isinstance(output, subprocess.CompletedProcess):
+        stderr, stdout = output.stderr, output.stdout
+    else:
+        stderr, stdout = output.err, output.out
     lines = stderr.splitlines()
     assert len(lines) == 1, stderr
     assert lines[0].startswith("tickwork: error: "), lines[0]
@@ -420,20 +422,30 @@ def test_unknown_runs_and_resume_mistakes_are_usage_errors(
     )
 
 
-def test_resuming_with_another_workflow_is_refused(tmp_path: Path) -> None:
+def test_resuming_with_another_workflow_or_an_instance_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     journal = str(tmp_path / "runs.db")
     marker = str(tmp_path / "crashed")
     crashed = tickwork("run", f"{FLOWS}:Crashy", f"marker={marker}", "--journal", journal)
     assert crashed.returncode == 17, crashed.stderr
     (entry,) = json.loads(tickwork("runs", "list", "--journal", journal, "--json").stdout)
-    wrong = tickwork(
-        "runs", "resume", entry["run_id"], "--journal", journal, "--workflow", f"{FLOWS}:Greet"
-    )
-    assert wrong.returncode == 2
-    assert single_error(wrong) == (
+    monkeypatch.chdir(ROOT)
+    resume = ["runs", "resume", entry["run_id"], "--journal", journal, "--workflow"]
+
+    assert main([*resume, f"{FLOWS}:Greet"]) == 2
+    assert single_error(capsys.readouterr()) == (
         f"run {entry['run_id']!r} belongs to workflow tests.cli_fixtures.flows.Crashy, "
         "not tests.cli_fixtures.flows.Greet"
     )
+    assert main([*resume, f"{FLOWS}:shout_instance"]) == 2
+    assert single_error(capsys.readouterr()) == (
+        "runs resume needs a Workflow class, but tests.cli_fixtures.flows:shout_instance is "
+        "an instance (the command creates it with this journal)"
+    )
+    # nothing was changed: the run can still be resumed with the right workflow
+    listed = tickwork("runs", "list", "--journal", journal, "--json")
+    assert json.loads(listed.stdout)[0]["status"] == "running"
 
 
 @pytest.mark.parametrize(

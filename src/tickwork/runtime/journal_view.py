@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-import anyio
-
 from tickwork.errors import WorkflowRuntimeError
 from tickwork.types import JournalRecord
 
@@ -33,5 +31,4 @@ async def iterate_journal(session: RunSession) -> AsyncIterator[JournalRecord]:
             yield JournalRecord(seq=seq, data=encode_tick(tick, session.workflow.serializer))
         if not session.live:
             return
-        with anyio.move_on_after(0.05):
-            await session.done.wait()
+        await session.journal_grew()

@@ -122,6 +122,7 @@ class RunSession:
         self._run_cache: dict[Any, Any] = {}
         self._invokers: dict[str, StepInvoker] = {}
         self.run_span: Any = None
+        self._journal_waiter: anyio.Event | None = None
         self.spawn_context = contextvars.copy_context()
         self._verbose = (
             workflow._verbose_printer() if getattr(workflow, "_verbose", False) else None
@@ -168,6 +169,7 @@ class RunSession:
                 self.run_span = None
             self.stream.close()
             self.done.set()
+            self._wake_journal_readers()
 
     async def _drive_in_slot(self, slots: RunSlots) -> None:
         """Wait for this run's turn (its session has not started, nor its clock)."""
@@ -230,6 +232,7 @@ class RunSession:
             self._verbose.processed(tick)
         if self.journal is not None:
             self.journal.append((tick, state.journal_seq - 1))
+            self._wake_journal_readers()
         if self.writer is not None:
             self.writer.record(tick, state.journal_seq - 1)
 
@@ -243,12 +246,26 @@ class RunSession:
         if self.exit is not None:
             return
         self.exit = run_exit
+        self._wake_journal_readers()
         end_run_span(self.run_span, run_exit.kind, run_exit.exception)
         self.run_span = None
         self.stream.close()
         self.done.set()
 
     # -- handler-side operations ---------------------------------------------------
+
+    async def journal_grew(self) -> None:
+        """Wait until a record is added to the in-memory journal or the run ends."""
+        if not self.live:
+            return
+        if self._journal_waiter is None:
+            self._journal_waiter = anyio.Event()
+        await self._journal_waiter.wait()
+
+    def _wake_journal_readers(self) -> None:
+        if self._journal_waiter is not None:
+            self._journal_waiter.set()
+            self._journal_waiter = None
 
     def post_external(self, tick: Tick) -> None:
         """Feed a tick from the caller's side (handler sends, cancel requests)."""
