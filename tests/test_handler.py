@@ -583,4 +583,5 @@ def test_deprecated_members_warn_once_per_process(anyio_backend: str) -> None:
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == str({"done": 1, "exception": 1, "cancelled": 1, "cancel": 1})
+    expected = str({"done": 1, "exception": 1, "cancelled": 1, "cancel": 1})
+    assert proc.stdout.strip() == expected, (proc.stdout, proc.stderr)

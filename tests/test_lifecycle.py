@@ -946,9 +946,9 @@ async def test_first_stop_event_wins_and_nothing_is_published_after_it() -> None
     handler = DoubleStopFlow(timeout=5).run()
     events = await drain(handler)
     assert await handler == 1
-    assert terminal_count(events) == 1
+    assert terminal_count(events) == 1, events
     assert type(events[-1]) is StopEvent
-    assert not any(isinstance(e, Note) for e in events)
+    assert not any(isinstance(e, Note) for e in events), events
 
 
 async def test_stubborn_invocation_does_not_delay_result() -> None:
@@ -1469,3 +1469,26 @@ async def test_suspended_waiter_does_not_prevent_idle() -> None:
     kinds = [type(e).__name__ for e in events]
     assert kinds.index("NeedInput") < kinds.index("WorkflowIdleEvent")
     assert kinds.count("WorkflowIdleEvent") == 1
+
+
+class SyncFailFlow(Workflow):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.raised: BaseException | None = None
+
+    @step
+    def only(self, ev: StartEvent) -> StopEvent:
+        self.raised = BoomError("sync failure")
+        raise self.raised
+
+
+async def test_sync_step_failure_raises_original_exception() -> None:
+    wf = SyncFailFlow(timeout=5)
+    handler = wf.run()
+    events = await drain(handler)
+    assert isinstance(events[-1], WorkflowFailedEvent)
+    assert events[-1].step_name == "only"
+    assert events[-1].attempts == 1
+    with pytest.raises(BoomError) as info:
+        await handler
+    assert info.value is wf.raised

@@ -62,6 +62,7 @@ class ProgressReporter:
     console: Console
     streams: dict[tuple[str, str], _StreamSeen] = field(default_factory=dict)
     fan_out_steps: frozenset[str] = frozenset()
+    bare_outputs: dict[str, frozenset[str]] = field(default_factory=dict)
     bindings: dict[str, StreamBinding] = field(default_factory=dict)
     _started: float = field(default_factory=time.monotonic)
     _sampling_time: float = 0.0
@@ -74,6 +75,7 @@ class ProgressReporter:
             b.binding_id: b for group in plan.bindings_by_producer.values() for b in group
         }
         self.fan_out_steps = frozenset(plan.bindings_by_producer)
+        self.bare_outputs = {name: _bare_return_names(steps[name]) for name in self.fan_out_steps}
         self._sampling = bool(self.bindings) and not self.console.quiet
 
     def on_event(self, event: Event) -> None:
@@ -99,7 +101,7 @@ class ProgressReporter:
             output = class_name(event.output_event_name)
             if output == "NoneType":
                 done = "done (no event)"
-            elif event.name in self.fan_out_steps:
+            elif event.name in self.fan_out_steps and output not in self.bare_outputs[event.name]:
                 done = f"done -> list[{output}]"
             else:
                 done = f"done -> {output}"
@@ -169,6 +171,11 @@ class ProgressReporter:
             seen = _StreamSeen(label=f"{label} #{concurrent + 1}" if concurrent else label)
             self.streams[key] = seen
         return seen
+
+
+def _bare_return_names(step_function: Any) -> frozenset[str]:
+    """The class names a fan-out step may return without a list (``-> list[A] | B``: B)."""
+    return frozenset(t.__name__ for t in step_function._step_config.bare_return_types)
 
 
 def class_name(text: str) -> str:

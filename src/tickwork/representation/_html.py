@@ -32,6 +32,16 @@ _MAX_LABEL = 40
 _LABEL_CHAR_WIDTH = 6.6  # 11px sans-serif, a generous average
 _CANVAS_PAD = 16.0
 
+# Per shape: horizontal padding around the label, and the height.
+_SHAPE_PADDING: dict[str, tuple[float, float]] = {
+    "step": (28.0, 36.0),
+    "event": (44.0, 38.0),
+    "external": (48.0, 40.0),
+    "resource": (32.0, 48.0),
+    "resource_config": (48.0, 36.0),
+    "generic": (28.0, 36.0),
+}
+
 _EDGE_COLOURS: dict[EdgeKind, str] = {
     "flow": "#5f6368",
     "fan_out": "#1a73e8",
@@ -108,16 +118,6 @@ def _box(node: WorkflowGraphNode, drawing: WorkflowDrawing) -> _Box:
     elif node.id in drawing.stop_ids:
         css = "event stop"
     return _Box(node, shape, css, max(text_width + pad_x, 72.0), height, text)
-
-
-_SHAPE_PADDING: dict[str, tuple[float, float]] = {
-    "step": (28.0, 36.0),
-    "event": (44.0, 38.0),
-    "external": (48.0, 40.0),
-    "resource": (32.0, 48.0),
-    "resource_config": (48.0, 36.0),
-    "generic": (28.0, 36.0),
-}
 
 
 def _node_svg(box: _Box, centre: tuple[float, float]) -> str:

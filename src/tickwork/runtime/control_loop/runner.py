@@ -24,6 +24,7 @@ from tickwork.events import WorkflowFailedEvent
 from tickwork.runtime.control_loop.reduce import reduce
 from tickwork.runtime.types.commands import (
     CancelWorker,
+    Command,
     CompleteRun,
     FailWorkflow,
     Halt,
@@ -328,23 +329,44 @@ class _Loop:
     async def _drive(self) -> None:
         adapter = self.adapter
         while True:
-            self._drain()
             if adapter.durable:
-                await adapter.commit()
+                await self._drain_durably()
+            else:
+                self._drain()
             if self.exit is not None:
                 adapter.finish(self.exit)
                 return
             await self._wait_for_input()
 
     def _drain(self) -> None:
+        """Reduce every pending tick, executing each tick's commands right away."""
         adapter = self.adapter
+        handlers = self._handlers
         while self.pending and self.exit is None:
             tick = self.pending.popleft()
             self.state, commands = reduce(self.state, tick)
             adapter.processed(tick, self.state)
-            handlers = self._handlers
             for command in commands:
                 handlers[type(command)](command)
+
+    async def _drain_durably(self) -> None:
+        """Reduce every pending tick, commit them in one transaction, then act.
+
+        Write-ahead: no step starts and nothing is published before the ticks that
+        caused it are durable, so a crash never loses a result whose consequences have
+        already been seen (a published request, a started next step).
+        """
+        adapter = self.adapter
+        deferred: list[Command] = []
+        while self.pending and not self.state.finished:
+            tick = self.pending.popleft()
+            self.state, commands = reduce(self.state, tick)
+            adapter.processed(tick, self.state)
+            deferred.extend(commands)
+        await adapter.commit()
+        handlers = self._handlers
+        for command in deferred:
+            handlers[type(command)](command)
 
     async def _wait_for_input(self) -> None:
         """Wait for the first of: a posted tick, the next due timer, an idle check."""
