@@ -709,19 +709,11 @@ async def test_step_face_to_dict_and_streaming_queue_raise_context_state_error()
         assert name in report[name], (name, report[name])
 
 
-@pytest.mark.xfail(
-    reason="step-face Context calls from a non-tickwork thread do not raise (§8.2, §9.5)",
-    strict=True,
-)
 async def test_step_context_send_from_foreign_thread_raises_runtime_error() -> None:
     report = await ThreadMisuseFlow(timeout=5).run()
     assert report["send"].startswith("RuntimeError"), report["send"]
 
 
-@pytest.mark.xfail(
-    reason="step-face Context calls from a non-tickwork thread do not raise (§8.2, §9.5)",
-    strict=True,
-)
 async def test_step_context_write_from_foreign_thread_raises_runtime_error() -> None:
     report = await ThreadMisuseFlow(timeout=5).run()
     assert report["write"].startswith("RuntimeError"), report["write"]
@@ -734,9 +726,6 @@ async def test_store_sync_from_loop_thread_raises_runtime_error() -> None:
     assert "loop" in outcome
 
 
-@pytest.mark.xfail(
-    reason="store.sync works from a thread tickwork did not start for a step (§9.5)", strict=True
-)
 async def test_store_sync_from_foreign_thread_raises_runtime_error() -> None:
     report = await ThreadMisuseFlow(timeout=5).run()
     assert report["sync_store_thread"].startswith("RuntimeError"), report["sync_store_thread"]

@@ -6,6 +6,7 @@ import copy
 import json
 import threading
 import warnings
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 
+from tickwork._step_threads import step_thread
 from tickwork.context._state_section import _value_tree
 from tickwork.context.serializers import JsonSerializer, PickleSerializer
 from tickwork.context.state_store import (
@@ -658,6 +660,16 @@ async def test_checkpoints_reference_committed_states() -> None:
 # --- the blocking view (§9.5) ------------------------------------------------------------
 
 
+def _as_step(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """Run ``fn`` the way tickwork runs a sync step body: in a marked step thread."""
+
+    def body() -> Any:
+        with step_thread():
+            return fn()
+
+    return body
+
+
 @pytest.mark.anyio
 async def test_sync_view_from_a_worker_thread() -> None:
     store = _store(a=1)
@@ -676,7 +688,7 @@ async def test_sync_view_from_a_worker_thread() -> None:
         sync.clear()
         return value, sync.get("a", None)
 
-    assert await anyio.to_thread.run_sync(sync_step) == (10, None)
+    assert await anyio.to_thread.run_sync(_as_step(sync_step)) == (10, None)
 
 
 @pytest.mark.anyio
@@ -691,7 +703,7 @@ async def test_sync_edit_commits_for_async_readers() -> None:
             with pytest.raises(RuntimeError, match="clear"):
                 store.sync.clear()
 
-    await anyio.to_thread.run_sync(sync_step)
+    await anyio.to_thread.run_sync(_as_step(sync_step))
     assert await store.get("n") == 1
 
 
@@ -708,7 +720,7 @@ async def test_sync_edit_and_async_writers_share_the_fifo_lock() -> None:
             state.log.append("sync")
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(anyio.to_thread.run_sync, sync_step)
+        tg.start_soon(anyio.to_thread.run_sync, _as_step(sync_step))
         await anyio.to_thread.run_sync(entered.wait, 5)
         tg.start_soon(_append_in_edit, store, 1)
         await anyio.wait_all_tasks_blocked()
@@ -754,7 +766,7 @@ async def test_sync_view_reports_errors_of_the_operation() -> None:
         store.sync.set_state(SiblingState())
 
     with pytest.raises(ValueError, match="SiblingState"):
-        await anyio.to_thread.run_sync(sync_step)
+        await anyio.to_thread.run_sync(_as_step(sync_step))
 
 
 # --- checkpoints and patches (§9.8) ------------------------------------------------------

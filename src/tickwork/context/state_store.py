@@ -23,6 +23,7 @@ import anyio
 import anyio.lowlevel
 from pydantic import BaseModel
 
+from tickwork._step_threads import in_step_thread
 from tickwork.context._state_patch import apply_state_patch
 from tickwork.context._state_paths import (
     MAX_DEPTH,
@@ -348,6 +349,12 @@ class SyncStateStore(Generic[MODEL_T]):
             raise RuntimeError(
                 "store.sync was called from the event-loop thread, where blocking would "
                 "freeze the loop; use the async store API (await ctx.store...) instead"
+            )
+        if not in_step_thread():
+            raise RuntimeError(
+                "store.sync cannot reach the run's event loop from this thread: it only "
+                "works inside a sync step's worker thread started by tickwork (use the "
+                "async store API elsewhere)"
             )
         reached_loop = False
 

@@ -106,6 +106,7 @@ class StepScope:
         self.deleted_waiters: list[str] = []
         self._views: dict[str, CollectBuffer] = {}
         self._context: Any = None
+        self.worker_thread: int | None = None
 
     def context(self) -> Any:
         """The step-face ``Context`` of this invocation, built on first use."""
@@ -116,9 +117,16 @@ class StepScope:
     # -- plumbing ----------------------------------------------------------------
 
     def _hand_to_loop(self, tick: Tick) -> None:
-        if threading.get_ident() == self._loop_thread:
+        thread = threading.get_ident()
+        if thread == self._loop_thread:
             self._post(tick)
             return
+        if thread != self.worker_thread:
+            raise RuntimeError(
+                f"a Context of step {self.invocation.step!r} was used from a thread "
+                "tickwork did not start for it; call it from the event loop's thread or "
+                "from the step's own worker thread"
+            )
         try:
             anyio.from_thread.run_sync(self._post, tick)
         except RuntimeError as error:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
+from tickwork._step_threads import step_thread
 from tickwork.errors import StepTimeoutError, WorkflowRuntimeError
 from tickwork.events import Event
 from tickwork.retry_policy import call_policy, retry_seed
@@ -93,6 +94,13 @@ class StepInvoker:
         self.resources: list[Any] = list(config.resources)
 
 
+def _in_step_thread(scope: StepScope, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """Run a sync body in its worker thread, marked as this invocation's thread."""
+    scope.worker_thread = threading.get_ident()
+    with step_thread():
+        return fn(**kwargs)
+
+
 def _bind_arguments(
     invocation: Invocation, invoker: StepInvoker, scope: StepScope
 ) -> dict[str, Any]:
@@ -120,7 +128,7 @@ async def _run_body(
         value = await invoker.fn(**kwargs)
     else:
         value = await anyio.to_thread.run_sync(
-            functools.partial(invoker.fn, **kwargs),
+            functools.partial(_in_step_thread, scope, invoker.fn, kwargs),
             abandon_on_cancel=True,
             limiter=session.thread_limiter(invoker.spec),
         )
