@@ -26,13 +26,12 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-import pytest
-
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
 from tickwork.events import HumanResponseEvent
 from tickwork.runtime.control_loop.reduce import reduce
 from tickwork.runtime.control_loop.streams import EMPTY_BUFFER, decide_collect
 from tickwork.runtime.types.evolve import evolve
+from tickwork.runtime.types.persistent import PList
 from tickwork.runtime.types.results import Completed, Suspended, WaiterRequest
 from tickwork.runtime.types.state import RunState
 from tickwork.runtime.types.ticks import AddEvent, StepResult, Tick
@@ -304,13 +303,6 @@ def test_dispatching_next_to_many_running_invocations_is_flat() -> None:
     assert_flat(build, large_size=3_000)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="_arrive_at_join rebuilds the buffer tuple and _assign_slots searches it "
-    "with backtracking: with N unmatched arrivals buffered, one arrival costs O(N) "
-    "copies and O(N^2) matches when no batch completes",
-)
 def test_a_join_arrival_next_to_many_unmatched_ones_is_flat() -> None:
     def build(size: int) -> tuple[RunState, Tick]:
         kit = ReducerKit(JoinFlow())
@@ -318,9 +310,11 @@ def test_a_join_arrival_next_to_many_unmatched_ones_is_flat() -> None:
         # Build the buffer directly: feeding `size` arrivals one by one would itself be
         # quadratic in this situation.
         state = kit.state
-        buffered = tuple(Task(n=n) for n in range(size))
+        buffered = PList.of(Task(n=n) for n in range(size))
         steps = dict(state.steps)
-        steps["assemble"] = evolve(steps["assemble"], join_buffer=buffered)
+        steps["assemble"] = evolve(
+            steps["assemble"], join_buffer=buffered, join_counts={Task: size}
+        )
         return evolve(state, steps=steps), AddEvent(kit.now, Task(n=-1))
 
     assert_flat(build)

@@ -455,10 +455,18 @@ class _Decoder:
             collect_buffers=self.buffers(
                 data.get("collected_events") or {}, data.get("collect_generations") or {}
             ),
-            join_buffer=tuple(self.events(data.get("static_collect_events") or [])),
+            join_buffer=PList.of(joined := self.events(data.get("static_collect_events") or [])),
+            join_counts=_type_counts(joined),
             waiters=PMap.of((w.waiter_id, w) for w in waiters),
             waiters_by_item=PMap.of(by_item.items()),
         )
+
+
+def _type_counts(events: list[Any]) -> dict[type, int]:
+    counts: dict[type, int] = {}
+    for event in events:
+        counts[type(event)] = counts.get(type(event), 0) + 1
+    return counts
 
 
 def _has_pending_work(data: Mapping[str, Any]) -> bool:

@@ -3,6 +3,7 @@ fan-out stream accounting (through :mod:`.streams`), cuts and stuck-stream detec
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,7 +43,7 @@ from tickwork.runtime.types.commands import (
     PublishEvent,
 )
 from tickwork.runtime.types.evolve import evolve as replace
-from tickwork.runtime.types.persistent import PQueue
+from tickwork.runtime.types.persistent import PList, PQueue
 from tickwork.runtime.types.state import (
     StepSpec,
     WorkItem,
@@ -164,19 +165,32 @@ def _arrive_at_join(
     recovery_counts: Mapping[str, int],
     scope_path: tuple[str, ...],
 ) -> int:
-    """Buffer a multi-slot arrival; dispatch the join when a batch is complete."""
+    """Buffer a multi-slot arrival; dispatch the join when a batch is complete.
+
+    An arrival that cannot complete a batch (some slot type has too few arrivals) is an
+    O(1) append; the O(buffer) assignment search runs only when a batch may be ready.
+    """
     spec = tx.spec(step)
     current = tx.step(step)
-    buffer = (*current.join_buffer, event)
+    counts = dict(current.join_counts)
+    counts[type(event)] = counts.get(type(event), 0) + 1
+    appended = current.join_buffer.append(event)
+    if not _may_complete(spec, counts):
+        tx.put_step(step, replace(current, join_buffer=appended, join_counts=counts))
+        return 0
+    buffer = tuple(appended.to_list())
     found = _assign_slots(spec, buffer)
     if found is None:
-        tx.put_step(step, replace(current, join_buffer=buffer))
+        tx.put_step(step, replace(current, join_buffer=appended, join_counts=counts))
         return 0
     positions = dict(found)
     assignment = {name: buffer[pos] for name, pos in positions.items()}
     used = set(positions.values())
-    rest = tuple(ev for pos, ev in enumerate(buffer) if pos not in used)
-    tx.put_step(step, replace(current, join_buffer=rest))
+    rest = [ev for pos, ev in enumerate(buffer) if pos not in used]
+    tx.put_step(
+        step,
+        replace(current, join_buffer=PList.of(rest), join_counts=dict(Counter(map(type, rest)))),
+    )
     item = WorkItem(
         work_item_id=tx.mint_work_item(),
         step=step,
@@ -187,6 +201,17 @@ def _arrive_at_join(
     )
     dispatch_or_queue(tx, step, item)
     return 1
+
+
+def _may_complete(spec: StepSpec, counts: Mapping[type, int]) -> bool:
+    """A cheap necessary condition for a batch: enough arrivals of every slot type.
+
+    Subclass-mode slots can match several types, so they always go to the search.
+    """
+    if spec.subclass_mode:
+        return True
+    need = Counter(slot_type for _name, slot_type in spec.slots)
+    return all(counts.get(slot_type, 0) >= count for slot_type, count in need.items())
 
 
 def _assign_slots(spec: StepSpec, buffer: tuple[Any, ...]) -> dict[str, int] | None:

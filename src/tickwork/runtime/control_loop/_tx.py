@@ -201,6 +201,7 @@ def start_invocation(tx: Tx, step: str, item: WorkItem) -> None:
         slots,
         current.collect_buffers,
         current.join_buffer,
+        current.join_counts,
         waiters,
         current.waiters_by_item,
     )
@@ -249,6 +250,7 @@ def release_slot(tx: Tx, invocation: Invocation) -> None:
         current.slots.release(invocation.worker_id),
         current.collect_buffers,
         current.join_buffer,
+        current.join_counts,
         current.waiters,
         current.waiters_by_item,
     )

@@ -288,7 +288,8 @@ class StepRunState:
     in_progress: PMap[str, Invocation] = field(default_factory=PMap)
     slots: SlotPool = field(default_factory=SlotPool)
     collect_buffers: Mapping[str, CollectBuffer] = field(default_factory=dict)
-    join_buffer: tuple[Any, ...] = ()
+    join_buffer: PList[Any] = field(default_factory=PList)
+    join_counts: Mapping[type, int] = field(default_factory=dict)
     waiters: PMap[str, Waiter] = field(default_factory=PMap)
     waiters_by_item: PMap[str, frozenset[str]] = field(default_factory=PMap)
 
