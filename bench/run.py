@@ -44,6 +44,11 @@ SCENARIO_MODULES = {
     "concurrent_runs": "bench.concurrent_runs",
     "stream": "bench.stream",
     "trio": "bench.trio_chain",
+    "parked_runs": "bench.parked_runs",
+    "snapshot_off": "bench.snapshot_off",
+    "snapshot": "bench.snapshot",
+    "replay": "bench.replay",
+    "durable_chain": "bench.durable_chain",
 }
 BASELINE = "baseline"
 DEFAULT_REPS = 5
