@@ -80,6 +80,11 @@ class DurableWriter:
             return JournalRecord(seq=seq, data=encode_tick(tick, self.serializer))
         except Exception as error:
             payload = getattr(tick, "event", None)
+            outcome = getattr(tick, "outcome", None)
+            if payload is None and outcome is not None:
+                payload = getattr(outcome, "value", None)
+                if isinstance(payload, list) and payload:
+                    payload = payload[0]
             raise WorkflowRuntimeError(
                 f"run {self.run_id}: cannot journal a {type(tick).__name__} tick carrying "
                 f"{type(payload).__name__}: {error}; use a serializer that can encode it "

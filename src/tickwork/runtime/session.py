@@ -20,7 +20,10 @@ from typing import Any
 
 import anyio
 
-from tickwork.events import StopEvent
+if sys.version_info < (3, 11):  # pragma: no cover - anyio installs the backport there
+    from exceptiongroup import BaseExceptionGroup
+
+from tickwork.events import StopEvent, WorkflowFailedEvent
 from tickwork.runtime.control_loop.runner import RunExit, control_loop, using_adapter
 from tickwork.runtime.durable import DurableWriter
 from tickwork.runtime.event_stream import EventStream
@@ -45,6 +48,13 @@ def current_step_context() -> Any:
     ref = _CURRENT_STEP_CONTEXT.get()
     scope = ref() if ref is not None else None
     return scope.context() if scope is not None else None
+
+
+def _unwrap(error: BaseException) -> BaseException:
+    """The one exception inside (nested) single-member exception groups (trio nurseries)."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 def detect_backend() -> str:
@@ -158,9 +168,13 @@ class RunSession:
                     await self._drive()
                 else:
                     await self._drive_in_slot(self._run_slots)
-        except BaseException as error:  # the task must never leak into the event loop
+        except BaseException as raised:  # the task must never leak into the event loop
+            error = _unwrap(raised)
             if self.exit is None and not isinstance(error, anyio.get_cancelled_exc_class()):
                 _log.error("run %s crashed", self.run_id, exc_info=error)
+                # Still exactly one terminal event: the stream must end with one.
+                failure = error if isinstance(error, Exception) else RuntimeError(str(error))
+                self.publish(WorkflowFailedEvent(step_name="<runtime>", exception=failure))
                 self.finish(RunExit("fail", exception=error, step_name="<runtime>"))
         finally:
             if self.exit is None:

@@ -30,6 +30,18 @@ def tracing_available() -> bool:
     return _AVAILABLE
 
 
+def _sdk_configured() -> bool:
+    """Whether a real tracer provider is installed (checked once per run).
+
+    Without one, OpenTelemetry hands out no-op spans; creating, attaching and ending
+    them still costs microseconds per step, so tickwork skips them altogether.
+    """
+    from opentelemetry import trace
+
+    provider = trace.get_tracer_provider()
+    return type(provider).__name__ not in ("ProxyTracerProvider", "NoOpTracerProvider")
+
+
 def _tracer() -> Any:
     global _TRACER
     if _TRACER is None:
@@ -43,7 +55,7 @@ def _tracer() -> Any:
 
 def start_run_span(run_id: str, workflow_name: str, start_event: Any, resumed: bool) -> Any:
     """Start the run span of a session; ``None`` when tracing is unavailable."""
-    if not tracing_available():
+    if not tracing_available() or not _sdk_configured():
         return None
     attributes: dict[str, Any] = {
         "tickwork.run_id": run_id,
