@@ -50,7 +50,7 @@ from tickwork.runtime.types.ticks import (
 )
 from tickwork.runtime.types.ticks import PublishEvent as PublishTick
 
-__all__ = ["LoopAdapter", "RunExit", "control_loop", "current_adapter", "using_adapter"]
+__all__ = ["LoopAdapter", "RunExit", "control_loop", "using_adapter"]
 
 PostTick = Callable[[Tick], None]
 
@@ -104,11 +104,6 @@ class LoopAdapter(Protocol):
 _ADAPTER: contextvars.ContextVar[LoopAdapter | None] = contextvars.ContextVar(
     "tickwork_loop_adapter", default=None
 )
-
-
-def current_adapter() -> LoopAdapter | None:
-    """The adapter of the run whose task is current, if any."""
-    return _ADAPTER.get()
 
 
 class using_adapter:
