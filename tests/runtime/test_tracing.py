@@ -26,6 +26,11 @@ def spans() -> Iterator[object]:
     # opentelemetry.trace, so install ours and clear the exporter around each test.
     if not isinstance(trace.get_tracer_provider(), sdk_trace.TracerProvider):
         trace.set_tracer_provider(_PROVIDER)
+    current = trace.get_tracer_provider()
+    if current is not _PROVIDER and not getattr(current, "_tickwork_test_exporter", False):
+        # Another test (a docs example) installed the process-wide provider first.
+        current.add_span_processor(export.SimpleSpanProcessor(_EXPORTER))
+        current._tickwork_test_exporter = True
     _EXPORTER.clear()
     yield _EXPORTER
     _EXPORTER.clear()
