@@ -59,7 +59,7 @@ class SnapshotCache:
     """
 
     def __init__(self) -> None:
-        self.items: dict[int, tuple[WorkItem, dict[str, Any]]] = {}
+        self.items: dict[int, tuple[Any, dict[str, Any]]] = {}
         self.events: dict[int, tuple[Any, str]] = {}
         self.sequences: dict[str, tuple[Any, Any, list[Any]]] = {}
         self.serializer: BaseSerializer | None = None
@@ -93,7 +93,7 @@ class _Encoder:
     def __init__(self, serializer: BaseSerializer, cache: SnapshotCache | None = None) -> None:
         self.ser = serializer
         self.cache = cache
-        self.used_items: dict[int, tuple[WorkItem, dict[str, Any]]] = {}
+        self.used_items: dict[int, tuple[Any, dict[str, Any]]] = {}
         self.used_events: dict[int, tuple[Any, str]] = {}
         self.used_sequences: dict[str, tuple[Any, Any, list[Any]]] = {}
         if cache is not None and cache.serializer is not serializer:
@@ -102,12 +102,20 @@ class _Encoder:
 
     def cached_item(self, item: WorkItem) -> dict[str, Any]:
         """The encoding of a queued item, reused while the item object is unchanged."""
+        return self._cached(item, self.item)
+
+    def cached_invocation(self, invocation: Invocation) -> dict[str, Any]:
+        """The encoding of a running invocation, reused while it is unchanged."""
+        return self._cached(invocation, self.invocation)
+
+    def _cached(self, value: Any, encode: Any) -> dict[str, Any]:
         if self.cache is None:
-            return self.item(item)
-        key = id(item)
+            encoded: dict[str, Any] = encode(value)
+            return encoded
+        key = id(value)
         hit = self.cache.items.get(key)
-        if hit is None or hit[0] is not item:
-            hit = (item, self.item(item))
+        if hit is None or hit[0] is not value:
+            hit = (value, encode(value))
         self.used_items[key] = hit
         return hit[1]
 
@@ -164,11 +172,19 @@ class _Encoder:
             f"buffer:{key}", None, buffer.cell(), len(buffer), self.event, buffer.to_list
         )
 
-    def finish(self) -> None:
-        if self.cache is not None:
-            self.cache.items = self.used_items
-            self.cache.events = self.used_events
-            self.cache.sequences = self.used_sequences
+    def finish(self, state_size: int) -> None:
+        """Keep the encodings still useful; the cache stays O(state)."""
+        if self.cache is None:
+            return
+        # Items reused through a shared queue slice were not looked up this time but are
+        # still in the state: keep every entry until the cache outgrows the state.
+        items = self.cache.items
+        items.update(self.used_items)
+        if len(items) > 2 * state_size + 256:
+            items = self.used_items
+        self.cache.items = items
+        self.cache.events = self.used_events
+        self.cache.sequences = self.used_sequences
 
     def item(self, item: WorkItem) -> dict[str, Any]:
         return {
@@ -204,7 +220,7 @@ class _Encoder:
 
     def invocation(self, inv: Invocation) -> dict[str, Any]:
         return {
-            **self.item(inv.item),
+            **self.cached_item(inv.item),
             "worker_id": inv.worker_id,
             "invocation_id": inv.invocation_id,
             "received": list(inv.received),
@@ -239,10 +255,22 @@ class _Encoder:
         }
 
     def worker(self, name: str, step: StepRunState, elapsed_alive: float) -> dict[str, Any]:
-        in_progress = sorted(step.in_progress.values(), key=lambda inv: _seq(inv.invocation_id))
+        if not (
+            step.queue
+            or step.in_progress
+            or step.collect_buffers
+            or step.join_buffer
+            or step.waiters
+        ):
+            return empty_worker()
+        in_progress = (
+            sorted(step.in_progress.values(), key=lambda inv: _seq(inv.invocation_id))
+            if step.in_progress
+            else []
+        )
         return {
-            "queue": self.queue(name, step.queue),
-            "in_progress": [self.invocation(inv) for inv in in_progress],
+            "queue": self.queue(name, step.queue) if step.queue else [],
+            "in_progress": [self.cached_invocation(inv) for inv in in_progress],
             "collected_events": {
                 bid: self.buffer(f"{name}/{bid}", buf.events)
                 for bid, buf in step.collect_buffers.items()
@@ -250,11 +278,13 @@ class _Encoder:
             "collect_generations": {
                 bid: buf.generation for bid, buf in step.collect_buffers.items()
             },
-            "static_collect_events": self.events(step.join_buffer),
+            "static_collect_events": self.events(step.join_buffer) if step.join_buffer else [],
             "collected_waiters": [
                 self.waiter(w, elapsed_alive)
                 for w in sorted(step.waiters.values(), key=lambda w: w.waiter_id)
-            ],
+            ]
+            if step.waiters
+            else [],
         }
 
 
@@ -323,7 +353,7 @@ def encode_snapshot(
         "last_alive_stamp": state.last_alive_stamp,
         "journal_seq": state.journal_seq,
     }
-    enc.finish()
+    enc.finish(state.queued + state.running)
     return snapshot
 
 
