@@ -208,7 +208,9 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
     if invocation is None:
         return
     outcome = tick.outcome
-    if not isinstance(outcome, Failed) and outcome.collect_ops:
+    # Buffer changes take effect when the invocation completes: a suspended body runs
+    # again from the top and will make the same collect calls against the same view.
+    if isinstance(outcome, Completed) and outcome.collect_ops:
         committed = commit_collect_ops(
             tx.step(tick.step).collect_buffers, invocation.collect_view, outcome.collect_ops
         )
