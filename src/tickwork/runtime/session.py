@@ -15,7 +15,7 @@ import logging
 import sys
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import anyio
@@ -229,9 +229,15 @@ class RunSession:
             post(tick)
         self._early_ticks.clear()
 
-    async def run_step(self, invocation: Invocation, post: Callable[[Tick], None]) -> StepOutcome:
-        """Execute one invocation (see :mod:`tickwork.runtime.step_worker`)."""
-        return await execute_invocation(self, invocation, post)
+    def run_step(
+        self, invocation: Invocation, post: Callable[[Tick], None]
+    ) -> Coroutine[Any, Any, StepOutcome]:
+        """Execute one invocation (see :mod:`tickwork.runtime.step_worker`).
+
+        Returns the coroutine itself rather than awaiting it in another frame: one
+        coroutine layer less per step.
+        """
+        return execute_invocation(self, invocation, post)
 
     def publish(self, item: Any) -> None:
         """Append to the run's stream."""

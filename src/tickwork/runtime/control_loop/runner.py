@@ -13,7 +13,7 @@ import contextvars
 import heapq
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 import anyio
@@ -81,8 +81,8 @@ class LoopAdapter(Protocol):
     def bind(self, post: PostTick) -> None:
         """Receive the function that feeds external ticks (sends, cancel) into the run."""
 
-    async def run_step(self, invocation: Invocation, post: PostTick) -> StepOutcome:
-        """Execute one invocation and return its outcome (never raises but cancellation)."""
+    def run_step(self, invocation: Invocation, post: PostTick) -> Coroutine[Any, Any, StepOutcome]:
+        """A coroutine executing one invocation to its outcome (only cancellation raises)."""
         ...
 
     def publish(self, item: Any) -> None:
@@ -133,6 +133,9 @@ class _TaskPool:
     def spawn(self, key: str, fn: WorkerFn, arg: Invocation) -> None:
         raise NotImplementedError
 
+    def done(self, key: str) -> None:
+        """The worker ``key`` finished (its task may forget it)."""
+
     def cancel(self, key: str) -> None:
         raise NotImplementedError
 
@@ -158,9 +161,11 @@ class _AsyncioPool(_TaskPool):
         self._waiter: Any = None
 
     def spawn(self, key: str, fn: WorkerFn, arg: Invocation) -> None:
-        task: Any = self._loop.create_task(fn(arg))  # type: ignore[arg-type]
-        self._tasks[key] = task
-        task.add_done_callback(lambda _t: self._tasks.pop(key, None))
+        # No done-callback: each one costs a scheduled handle; the worker calls done().
+        self._tasks[key] = self._loop.create_task(fn(arg))  # type: ignore[arg-type]
+
+    def done(self, key: str) -> None:
+        self._tasks.pop(key, None)
 
     def cancel(self, key: str) -> None:
         task = self._tasks.pop(key, None)
@@ -274,6 +279,7 @@ class _Loop:
         self.inbox: deque[Tick] = deque()
         self.waiting = False
         self.pool: _TaskPool = _TaskPool()
+        self.run_step = adapter.run_step
         self._handlers: dict[type, Callable[[Any], None]] = {
             RunWorker: self._run_worker,
             CancelWorker: self._cancel_worker,
@@ -424,9 +430,11 @@ class _Loop:
         """
         outcome: StepOutcome
         try:
-            outcome = await self.adapter.run_step(invocation, self.post)
+            outcome = await self.run_step(invocation, self.post)
         except Exception as error:
             outcome = Failed(error, None, time.time())
+        finally:
+            self.pool.done(invocation.invocation_id)
         self.post(StepResult(time.time(), invocation.step, invocation.invocation_id, outcome))
 
     def _cancel_worker(self, command: CancelWorker) -> None:
