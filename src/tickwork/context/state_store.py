@@ -86,7 +86,9 @@ class _FifoLock:
 
     def __init__(self) -> None:
         self._locked = False
-        self._waiters: deque[anyio.Event] = deque()
+        # Created on first contention: most stores never have a waiting writer, and an
+        # empty deque costs a 64-slot block per run.
+        self._waiters: deque[anyio.Event] | None = None
 
     async def acquire(self) -> None:
         """Wait for the lock; a cancelled waiter gives up its place (or passes the lock on)."""
@@ -94,6 +96,8 @@ class _FifoLock:
             self._locked = True
             return
         ticket = anyio.Event()
+        if self._waiters is None:
+            self._waiters = deque()
         self._waiters.append(ticket)
         try:
             await ticket.wait()

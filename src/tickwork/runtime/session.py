@@ -34,7 +34,7 @@ from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.state import Invocation, RunConfig, RunState, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
 
-__all__ = ["RunSession", "current_step_context", "detect_backend"]
+__all__ = ["DoneFlag", "RunSession", "current_step_context", "detect_backend"]
 
 _log = logging.getLogger("tickwork.runtime")
 
@@ -84,6 +84,39 @@ def detect_backend() -> str:
     )
 
 
+class DoneFlag:
+    """A one-shot event that allocates its backend event only when someone waits.
+
+    Most runs are awaited once or not at all while they are live (a parked run waiting
+    for a human usually has no awaiter); an eager ``anyio.Event`` per run costs about a
+    kilobyte that such runs never use.
+    """
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: anyio.Event | None = None
+
+    def is_set(self) -> bool:
+        """Whether :meth:`set` was called."""
+        return self._set
+
+    def set(self) -> None:
+        """Set the flag and wake every waiter."""
+        self._set = True
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        """Return once the flag is set."""
+        if self._set:
+            return
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
+
+
 class RunSession:
     """The in-process host of one run."""
 
@@ -112,7 +145,7 @@ class RunSession:
         self.make_step_context = make_step_context
         self.start_event = start_event
         self.stream = EventStream()
-        self.done = anyio.Event()
+        self.done = DoneFlag()
         self.exit: RunExit | None = None
         self.hard_aborted = False
         self.journal: list[tuple[Tick, int]] | None = [] if keep_journal else None

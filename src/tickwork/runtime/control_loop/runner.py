@@ -276,23 +276,12 @@ class _Loop:
         self.heap_seq = 0
         self.exit: RunExit | None = None
         self.idle_requested = False
-        self.inbox: deque[Tick] = deque()
+        # A list, not a deque: it is always drained whole, and an empty deque costs a
+        # 64-slot block per run (parked runs keep their loop).
+        self.inbox: list[Tick] = []
         self.waiting = False
         self.pool: _TaskPool = _TaskPool()
         self.run_step = adapter.run_step
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            RunWorker: self._run_worker,
-            CancelWorker: self._cancel_worker,
-            PublishEvent: self._publish,
-            PublishStepState: self.adapter.publish,
-            CompleteRun: self._complete,
-            FailWorkflow: self._fail,
-            Halt: self._halt,
-            ScheduleWakeup: self._schedule_wakeup,
-            ScheduleTimeout: self._schedule_timeout,
-            ScheduleWaiterTimeout: self._schedule_waiter_timeout,
-            ScheduleIdleCheck: self._schedule_idle_check,
-        }
 
     # -- feeding ticks -------------------------------------------------------------
 
@@ -342,13 +331,13 @@ class _Loop:
     def _drain(self) -> None:
         """Reduce every pending tick, executing each tick's commands right away."""
         adapter = self.adapter
-        handlers = self._handlers
+        handlers = _HANDLERS
         while self.pending and self.exit is None:
             tick = self.pending.popleft()
             self.state, commands = reduce(self.state, tick)
             adapter.processed(tick, self.state)
             for command in commands:
-                handlers[type(command)](command)
+                handlers[type(command)](self, command)
 
     async def _drain_durably(self) -> None:
         """Reduce every pending tick, commit them in one transaction, then act.
@@ -365,9 +354,9 @@ class _Loop:
             adapter.processed(tick, self.state)
             deferred.extend(commands)
         await adapter.commit()
-        handlers = self._handlers
+        handlers = _HANDLERS
         for command in deferred:
-            handlers[type(command)](command)
+            handlers[type(command)](self, command)
 
     async def _wait_for_input(self) -> None:
         """Wait for the first of: a posted tick, the next due timer, an idle check."""
@@ -443,6 +432,9 @@ class _Loop:
     def _publish(self, command: PublishEvent) -> None:
         self.adapter.publish(command.event)
 
+    def _publish_step_state(self, command: PublishStepState) -> None:
+        self.adapter.publish(command)
+
     def _complete(self, command: CompleteRun) -> None:
         self.adapter.publish(command.stop_event)
         self.exit = RunExit("complete", stop_event=command.stop_event)
@@ -479,6 +471,22 @@ class _Loop:
 
     def _schedule_idle_check(self, command: ScheduleIdleCheck) -> None:
         self.idle_requested = True
+
+
+# Command type -> the _Loop method that executes it (class level: no per-run dict).
+_HANDLERS: dict[type, Callable[[Any, Any], None]] = {
+    RunWorker: _Loop._run_worker,
+    CancelWorker: _Loop._cancel_worker,
+    PublishEvent: _Loop._publish,
+    PublishStepState: _Loop._publish_step_state,
+    CompleteRun: _Loop._complete,
+    FailWorkflow: _Loop._fail,
+    Halt: _Loop._halt,
+    ScheduleWakeup: _Loop._schedule_wakeup,
+    ScheduleTimeout: _Loop._schedule_timeout,
+    ScheduleWaiterTimeout: _Loop._schedule_waiter_timeout,
+    ScheduleIdleCheck: _Loop._schedule_idle_check,
+}
 
 
 async def control_loop(start_event: Any, init_state: RunState, run_id: str) -> Any:

@@ -296,13 +296,17 @@ def _walk(node: Any) -> Iterator[tuple[Any, Any]]:
 
 
 _MISSING: Any = object()
+_SMALL = 8
 
 
 class PMap(Generic[K, V]):
     """An immutable hash map with O(log32 n) ``set``/``delete``.
 
-    Iteration order is the hash order, so callers that need a stable order (snapshots)
-    sort the keys.
+    Small maps (at most ``_SMALL`` entries, the common case for a step's in-flight
+    invocations or waiters) are a tuple of pairs in insertion order: a few comparisons
+    beat hashing into a trie, and a tuple costs a fraction of a dict node.  Larger maps
+    are a hash array mapped trie, which iterates in hash order, so callers that need a
+    stable order (snapshots, commands) sort.
     """
 
     __slots__ = ("_len", "_root")
@@ -321,9 +325,15 @@ class PMap(Generic[K, V]):
 
     def get(self, key: K, default: Any = None) -> Any:
         """The value for ``key``, or ``default``."""
-        if self._root is None:
+        root = self._root
+        if root is None:
             return default
-        return _get(self._root, key, hash(key), 0, default)
+        if type(root) is tuple:
+            for k, v in root:
+                if k is key or k == key:
+                    return v
+            return default
+        return _get(root, key, hash(key), 0, default)
 
     def __getitem__(self, key: K) -> V:
         value = self.get(key, _MISSING)
@@ -336,28 +346,50 @@ class PMap(Generic[K, V]):
 
     def set(self, key: K, value: V) -> PMap[K, V]:
         """A new map where ``key`` maps to ``value``."""
-        root = self._root if self._root is not None else {}
+        root = self._root
+        if root is None:
+            return PMap(((key, value),), 1)
+        if type(root) is tuple:
+            for index, (k, _) in enumerate(root):
+                if k is key or k == key:
+                    return PMap((*root[:index], (key, value), *root[index + 1 :]), self._len)
+            if len(root) < _SMALL:
+                return PMap((*root, (key, value)), self._len + 1)
+            trie: Any = {}
+            for k, v in root:
+                trie, _ = _set(trie, k, v, hash(k), 0)
+            root = trie
         new_root, added = _set(root, key, value, hash(key), 0)
         return PMap(new_root, self._len + (1 if added else 0))
 
     def delete(self, key: K) -> PMap[K, V]:
         """A new map without ``key`` (the same map when it is absent)."""
-        if self._root is None:
+        root = self._root
+        if root is None:
             return self
-        new_root, removed = _delete(self._root, key, hash(key), 0)
+        if type(root) is tuple:
+            for index, (k, _) in enumerate(root):
+                if k is key or k == key:
+                    rest = root[:index] + root[index + 1 :]
+                    return PMap(rest or None, self._len - 1)
+            return self
+        new_root, removed = _delete(root, key, hash(key), 0)
         return PMap(new_root, self._len - 1) if removed else self
 
     def items(self) -> Iterator[tuple[K, V]]:
-        """The ``(key, value)`` pairs, in hash order."""
-        return _walk(self._root)
+        """The ``(key, value)`` pairs (insertion order when small, else hash order)."""
+        root = self._root
+        if type(root) is tuple:
+            return iter(root)
+        return _walk(root)
 
     def keys(self) -> Iterator[K]:
-        """The keys, in hash order."""
-        return (k for k, _ in _walk(self._root))
+        """The keys, in the order of :meth:`items`."""
+        return (k for k, _ in self.items())
 
     def values(self) -> Iterator[V]:
-        """The values, in hash order."""
-        return (v for _, v in _walk(self._root))
+        """The values, in the order of :meth:`items`."""
+        return (v for _, v in self.items())
 
     def __iter__(self) -> Iterator[K]:
         return self.keys()
