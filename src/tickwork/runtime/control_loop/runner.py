@@ -280,6 +280,7 @@ class _Loop:
         # 64-slot block per run (parked runs keep their loop).
         self.inbox: list[Tick] = []
         self.waiting = False
+        self.crash: Exception | None = None
         self.pool: _TaskPool = _TaskPool()
         self.run_step = adapter.run_step
 
@@ -327,6 +328,8 @@ class _Loop:
                 adapter.finish(self.exit)
                 return
             await self._wait_for_input()
+            if self.crash is not None:
+                raise self.crash
 
     def _drain(self) -> None:
         """Reduce every pending tick, executing each tick's commands right away."""
@@ -424,7 +427,41 @@ class _Loop:
             outcome = Failed(error, None, time.time())
         finally:
             self.pool.done(invocation.invocation_id)
-        self.post(StepResult(time.time(), invocation.step, invocation.invocation_id, outcome))
+        result = StepResult(time.time(), invocation.step, invocation.invocation_id, outcome)
+        if self.waiting and not self.adapter.durable and self.exit is None:
+            self._drain_in_worker(result)
+        else:
+            self.post(result)
+
+    def _drain_in_worker(self, result: StepResult) -> None:
+        """Process a result in the worker's own task while the loop task sleeps.
+
+        Handing the result to the sleeping loop costs a whole event-loop iteration per
+        step; when the loop is idle-waiting (so nothing else is draining), the finishing
+        worker reduces the pending ticks itself, which is safe because a drain never
+        awaits.  The loop is woken only when it has something to do: the run ended, an
+        idle check is due, or a timer it does not know about was scheduled.
+        """
+        self.inbox.append(result)
+        timers = len(self.heap)
+        self.waiting = False
+        try:
+            self._take_available()
+            self._drain()
+        except Exception as error:  # a runtime bug: let the loop task raise it
+            self.crash = error
+        finally:
+            self.waiting = True
+        if self.exit is not None:
+            # Deliver the outcome now, as the loop itself would at the end of a drain.
+            self.adapter.finish(self.exit)
+        if (
+            self.crash is not None
+            or self.exit is not None
+            or self.idle_requested
+            or len(self.heap) != timers
+        ):
+            self.pool.wake()
 
     def _cancel_worker(self, command: CancelWorker) -> None:
         self.pool.cancel(command.invocation_id)
