@@ -1170,11 +1170,19 @@ class SendInsideStream(Recording):
 async def test_sends_from_inside_a_stream_are_not_members() -> None:
     wf = SendInsideStream()
     handler = wf.run()
-    async for _ in handler.stream_events():
-        pass
+    events = [ev async for ev in handler.stream_events(expose_internal=True)]
     assert await handler == []
     assert [entry for entry in wf.log if entry[0] == "join"] == [("join", [])]
-    assert sorted(entry for entry in wf.log if entry[0] == "tap") == [("tap", 0), ("tap", 1)]
+    # The sends still reach the ordinary step: each one dispatches ``tap``.  (Whether a
+    # tap finishes before the join's StopEvent cancels it is up to the scheduler.)
+    tap_runs = [
+        ev
+        for ev in events
+        if isinstance(ev, StepStateChanged)
+        and ev.name == "tap"
+        and ev.step_state is StepState.RUNNING
+    ]
+    assert len(tap_runs) == 2
 
 
 class Branch(Event):
