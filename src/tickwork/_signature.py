@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from tickwork.collect import All, Collect, Take
 from tickwork.errors import WorkflowValidationError
 from tickwork.events import Event
-from tickwork.resource import ResourceDefinition, ResourceDescriptor
+from tickwork.resource import ResourceDefinition, resource_declaration
 
 __all__ = [
     "InferredSignature",
@@ -263,7 +263,7 @@ def _classify_one(
     if _is_context(annotation):
         _add_context(step, param, annotation, classes)
         return True
-    resource = _resource_declaration(annotation)
+    resource = resource_declaration(annotation)
     if resource is not None:
         type_annotation, descriptor = resource
         descriptor.set_type_annotation(type_annotation)
@@ -305,17 +305,6 @@ def _add_context(step: str, param: str, annotation: Any, classes: ParameterClass
     args = get_args(annotation)
     if args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
         classes.context_state_type = args[0]
-
-
-def _resource_declaration(annotation: Any) -> tuple[Any, ResourceDescriptor] | None:
-    """``(T, descriptor)`` for ``Annotated[T, descriptor, ...]``, else ``None``."""
-    if get_origin(annotation) is not Annotated:
-        return None
-    base, *metadata = get_args(annotation)
-    for item in metadata:
-        if isinstance(item, ResourceDescriptor):
-            return base, item
-    return None
 
 
 def _collection_declaration(

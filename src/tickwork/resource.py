@@ -372,7 +372,7 @@ def _factory_dependencies(
     for param in signature.parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        declared = _resource_declaration(hints.get(param.name))
+        declared = resource_declaration(hints.get(param.name))
         if declared is not None:
             type_annotation, descriptor = declared
             descriptor.set_type_annotation(type_annotation)
@@ -434,7 +434,7 @@ def _module_globals(target: Any) -> dict[str, Any]:
     return dict(vars(module)) if module is not None else {}
 
 
-def _resource_declaration(annotation: Any) -> tuple[Any, ResourceDescriptor] | None:
+def resource_declaration(annotation: Any) -> tuple[Any, ResourceDescriptor] | None:
     """``(T, descriptor)`` for ``Annotated[T, descriptor, ...]``, else ``None``."""
     if get_origin(annotation) is not Annotated:
         return None

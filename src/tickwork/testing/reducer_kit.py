@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tickwork.events import Event, StartEvent, WorkflowFailedEvent
+from tickwork.events import Event, StartEvent
 from tickwork.runtime.config import build_run_config
 from tickwork.runtime.control_loop.reduce import initial_state, reduce
 from tickwork.runtime.event_stream import materialize
@@ -30,6 +30,7 @@ from tickwork.runtime.types.commands import (
     PublishEvent,
     PublishStepState,
     RunWorker,
+    terminal_event,
 )
 from tickwork.runtime.types.results import Completed, Failed, Suspended, WaiterRequest
 from tickwork.runtime.types.state import Invocation, RunState
@@ -175,19 +176,8 @@ class ReducerKit:
                 out.append(command.event)
             elif isinstance(command, PublishStepState):
                 out.append(materialize(command))
-            elif isinstance(command, CompleteRun):
-                out.append(command.stop_event)
-            elif isinstance(command, Halt):
-                out.append(command.terminal_event)
-            elif isinstance(command, FailWorkflow):
-                out.append(
-                    WorkflowFailedEvent(
-                        step_name=command.step_name,
-                        exception=command.exception,
-                        attempts=command.attempts,
-                        elapsed_seconds=command.elapsed_seconds,
-                    )
-                )
+            elif isinstance(command, (CompleteRun, FailWorkflow, Halt)):
+                out.append(terminal_event(command))
         return out
 
     def published_types(self) -> list[type]:

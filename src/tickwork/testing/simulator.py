@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tickwork.context.serializers import BaseSerializer, JsonSerializer
-from tickwork.events import WorkflowFailedEvent
 from tickwork.retry_policy import call_policy, retry_seed
 from tickwork.runtime.config import build_run_config
 from tickwork.runtime.control_loop.reduce import initial_state, reduce
@@ -47,6 +46,7 @@ from tickwork.runtime.types.commands import (
     ScheduleTimeout,
     ScheduleWaiterTimeout,
     ScheduleWakeup,
+    terminal_event,
 )
 from tickwork.runtime.types.results import Completed, Failed, StepOutcome
 from tickwork.runtime.types.state import Invocation, RunState
@@ -260,19 +260,6 @@ def _constant(value: Any) -> Script:
     return script
 
 
-def _terminal_event(command: CompleteRun | FailWorkflow | Halt) -> Any:
-    if isinstance(command, CompleteRun):
-        return command.stop_event
-    if isinstance(command, Halt):
-        return command.terminal_event
-    return WorkflowFailedEvent(
-        step_name=command.step_name,
-        exception=command.exception,
-        attempts=command.attempts,
-        elapsed_seconds=command.elapsed_seconds,
-    )
-
-
 class _Simulation:
     """One simulated run: state, pending ticks, timers, in-flight completions."""
 
@@ -395,7 +382,7 @@ class _Simulation:
         elif isinstance(command, ScheduleIdleCheck):
             self.idle_requested = True
         elif isinstance(command, (CompleteRun, FailWorkflow, Halt)):
-            self.published.append(_terminal_event(command))
+            self.published.append(terminal_event(command))
             self.exit = command
 
     def _crash_and_resume(self) -> None:

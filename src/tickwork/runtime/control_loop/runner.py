@@ -20,7 +20,6 @@ import anyio
 import anyio.lowlevel
 
 from tickwork.errors import WorkflowRuntimeError
-from tickwork.events import WorkflowFailedEvent
 from tickwork.runtime.control_loop.reduce import reduce
 from tickwork.runtime.types.commands import (
     CancelWorker,
@@ -35,6 +34,7 @@ from tickwork.runtime.types.commands import (
     ScheduleTimeout,
     ScheduleWaiterTimeout,
     ScheduleWakeup,
+    terminal_event,
 )
 from tickwork.runtime.types.results import Failed, StepOutcome
 from tickwork.runtime.types.state import Invocation, RunState
@@ -473,22 +473,15 @@ class _Loop:
         self.adapter.publish(command)
 
     def _complete(self, command: CompleteRun) -> None:
-        self.adapter.publish(command.stop_event)
+        self.adapter.publish(terminal_event(command))
         self.exit = RunExit("complete", stop_event=command.stop_event)
 
     def _fail(self, command: FailWorkflow) -> None:
-        self.adapter.publish(
-            WorkflowFailedEvent(
-                step_name=command.step_name,
-                exception=command.exception,
-                attempts=command.attempts,
-                elapsed_seconds=command.elapsed_seconds,
-            )
-        )
+        self.adapter.publish(terminal_event(command))
         self.exit = RunExit("fail", exception=command.exception, step_name=command.step_name)
 
     def _halt(self, command: Halt) -> None:
-        self.adapter.publish(command.terminal_event)
+        self.adapter.publish(terminal_event(command))
         self.exit = RunExit(command.reason, exception=command.exception)
 
     def _push_timer(self, due_at: float, make: Callable[[float], Tick]) -> None:

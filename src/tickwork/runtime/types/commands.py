@@ -20,6 +20,7 @@ __all__ = [
     "ScheduleTimeout",
     "ScheduleWaiterTimeout",
     "ScheduleWakeup",
+    "terminal_event",
 ]
 
 
@@ -129,3 +130,20 @@ Command = Union[
     ScheduleWaiterTimeout,
     ScheduleIdleCheck,
 ]
+
+
+def terminal_event(command: CompleteRun | FailWorkflow | Halt) -> Any:
+    """The event a terminal command publishes last: the StopEvent, a
+    ``WorkflowFailedEvent`` built from the failure, or the halt's terminal event."""
+    if isinstance(command, CompleteRun):
+        return command.stop_event
+    if isinstance(command, Halt):
+        return command.terminal_event
+    from tickwork.events import WorkflowFailedEvent
+
+    return WorkflowFailedEvent(
+        step_name=command.step_name,
+        exception=command.exception,
+        attempts=command.attempts,
+        elapsed_seconds=command.elapsed_seconds,
+    )
