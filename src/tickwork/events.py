@@ -103,9 +103,11 @@ class DictLikeModel(BaseModel):
         return data
 
     def __init__(self, **params: Any) -> None:
-        declared = type(self).__pydantic_fields__
-        if all(key in declared for key in params):
-            super().__init__(**params)
+        cls = type(self)
+        declared = cls.__pydantic_fields__
+        if params.keys() <= declared.keys():
+            # What ``BaseModel.__init__`` does, minus its Python-level overhead.
+            cls.__pydantic_validator__.validate_python(params, self_instance=self)
             return
         fields: dict[str, Any] = {}
         private: dict[str, Any] = {}
@@ -161,10 +163,18 @@ class DictLikeModel(BaseModel):
         by_name: bool | None = None,
     ) -> Any:
         """Validate ``obj``; a ``"_data"`` key goes back into the dynamic fields."""
-        if isinstance(obj, dict) and all(key in cls.__pydantic_fields__ for key in obj):
-            return super().model_validate(
-                obj, strict=strict, from_attributes=from_attributes, context=context
+        if isinstance(obj, dict) and obj.keys() <= cls.__pydantic_fields__.keys():
+            # Validate into a bare instance: ``BaseModel.model_validate`` would run the
+            # custom ``__init__``, which validates the same data a second time.
+            model = cls.__new__(cls)
+            cls.__pydantic_validator__.validate_python(
+                obj,
+                strict=strict,
+                from_attributes=from_attributes,
+                context=context,
+                self_instance=model,
             )
+            return model
         if isinstance(obj, dict) and not isinstance(obj, cls):
             obj = dict(obj)
             data = obj.pop("_data", None) or {}

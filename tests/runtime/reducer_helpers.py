@@ -105,7 +105,8 @@ def summary(commands: Iterable[Any]) -> list[tuple[Any, ...]]:
     """Commands as short tuples that keep their type, order and the fields that matter.
 
     * ``PublishStepState`` -> ``(state, step, worker_id)``
-    * ``RunWorker`` -> ``("run", step, work_item_id, worker_id)``
+    * ``RunWorker`` -> ``("running", step, worker_id)`` (the RUNNING state it publishes),
+      then ``("run", step, work_item_id, worker_id)``
     * the others -> their tag and fields (exceptions of ``Halt`` by type).
     """
     out: list[tuple[Any, ...]] = []
@@ -114,6 +115,8 @@ def summary(commands: Iterable[Any]) -> list[tuple[Any, ...]]:
             out.append((c.state, c.step, c.worker_id))
         elif isinstance(c, RunWorker):
             inv = c.invocation
+            # A RunWorker also publishes the RUNNING state: listed as its own entry.
+            out.append(("running", inv.step, str(inv.worker_id)))
             out.append(("run", inv.step, inv.item.work_item_id, inv.worker_id))
         elif isinstance(c, CancelWorker):
             out.append(("cancel", c.invocation_id))

@@ -605,7 +605,7 @@ def test_step_state_changes_use_the_documented_field_formats() -> None:
     failed = kit.fail(p2, RuntimeError("boom"), None)[0]
 
     def fields(command: object) -> tuple[object, ...]:
-        assert isinstance(command, PublishStepState)
+        assert isinstance(command, (PublishStepState, RunWorker))
         ev = materialize(command)
         return (ev.name, ev.step_state, ev.worker_id, ev.input_event_name, ev.output_event_name)
 

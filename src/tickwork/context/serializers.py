@@ -14,8 +14,8 @@ import binascii
 import json
 import pickle
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from pydantic import BaseModel
@@ -115,6 +115,19 @@ class BaseSerializer(ABC):
     def deserialize(self, value: str) -> Any:
         """Decode a string written by :meth:`serialize`. Raises ``ValueError`` if it cannot."""
 
+    def to_record(self, value: Any) -> Any:
+        """``value`` as JSON-compatible data to embed in a journal record.
+
+        The default is :meth:`serialize`'s string; serializers that can produce data
+        the record's own JSON encoding carries (saving a nested parse on every read)
+        return that instead.
+        """
+        return self.serialize(value)
+
+    def from_record(self, data: Any) -> Any:
+        """Decode what :meth:`to_record` produced (strings always go to :meth:`deserialize`)."""
+        return self.deserialize(data)
+
     def resolve_class(self, name: str) -> type:
         """The class named ``module.qualname``, found by import.
 
@@ -130,13 +143,12 @@ class BaseSerializer(ABC):
                 "JsonSerializer(allowed_types=[...])"
             ) from err
 
-    @contextmanager
-    def validation_context(self) -> Iterator[None]:
+    def validation_context(self) -> AbstractContextManager[None]:
         """A block in which nested envelope fields resolve classes through this serializer.
 
         The default does nothing, so nested classes resolve by import.
         """
-        yield
+        return nullcontext()
 
 
 class JsonSerializer(BaseSerializer):
@@ -202,11 +214,9 @@ class JsonSerializer(BaseSerializer):
             )
         return cls
 
-    @contextmanager
-    def validation_context(self) -> Iterator[None]:
+    def validation_context(self) -> AbstractContextManager[None]:
         """Resolve nested envelope classes through :meth:`resolve_class` in the block."""
-        with using_resolver(self.resolve_class):
-            yield
+        return using_resolver(self.resolve_class)
 
     def serialize(self, value: Any) -> str:
         """JSON text of ``value`` with models and components wrapped in envelopes.
@@ -235,6 +245,23 @@ class JsonSerializer(BaseSerializer):
         data = json.loads(value)
         with self.validation_context():
             return self._decode(data)
+
+    def to_record(self, value: Any) -> Any:
+        """A model's envelope as data (JSON-safe by construction); anything else as text."""
+        if isinstance(value, BaseModel):
+            return self._model_envelope(value)
+        return self.serialize(value)
+
+    def from_record(self, data: Any) -> Any:
+        """Decode an envelope written by :meth:`to_record`, or text from :meth:`serialize`."""
+        if isinstance(data, str):
+            return self.deserialize(data)
+        if not (isinstance(data, dict) and data.get(_PYDANTIC_MARKER) is True):
+            raise ValueError(
+                f"expected serializer text or a model envelope, got {type(data).__name__}"
+            )
+        with self.validation_context():
+            return self._decode_model(data)
 
     def _encode(self, value: Any) -> Any:
         """``value`` as JSON-ready data; leaves are left for ``json.dumps`` to check."""
@@ -293,6 +320,10 @@ class PickleSerializer(JsonSerializer):
     **Unsafe for untrusted data**: unpickling can run arbitrary code, and the allow-list
     of :class:`JsonSerializer` does not apply to pickled values.
     """
+
+    # Journal records carry this serializer's text: a pickled value is not JSON data.
+    to_record = BaseSerializer.to_record
+    from_record = BaseSerializer.from_record
 
     def serialize(self, value: Any) -> str:
         """JSON text when possible, else ``base64(pickle.dumps(value))``.

@@ -3,7 +3,8 @@
 Published events are buffered until consumed, so a consumer that attaches late (even
 after the run has ended) still sees everything.  Each event goes to exactly one reader;
 concurrent readers share one cursor.  ``StepStateChanged`` records are kept as light
-command records and turned into pydantic events only when read.
+command records (``PublishStepState``, and ``RunWorker`` for RUNNING) and turned into
+pydantic events only when read.
 """
 
 from __future__ import annotations
@@ -14,19 +15,27 @@ from typing import Any
 import anyio
 
 from tickwork.events import InternalDispatchEvent, StepState, StepStateChanged, StopEvent
-from tickwork.runtime.types.commands import PublishStepState
+from tickwork.runtime.types.commands import PublishStepState, RunWorker
 
 __all__ = ["EventStream", "materialize"]
 
 _STATES = {
     "preparing": StepState.PREPARING,
-    "running": StepState.RUNNING,
     "not_running": StepState.NOT_RUNNING,
 }
 
 
 def materialize(item: Any) -> Any:
     """Turn a buffered item into the event a reader sees."""
+    if isinstance(item, RunWorker):
+        invocation = item.invocation
+        return StepStateChanged.model_construct(
+            name=invocation.step,
+            step_state=StepState.RUNNING,
+            worker_id=str(invocation.worker_id),
+            input_event_name=type(invocation.item.event).__name__,
+            output_event_name=None,
+        )
     if not isinstance(item, PublishStepState):
         return item
     state = _STATES[item.state]
@@ -46,7 +55,7 @@ def materialize(item: Any) -> Any:
 
 
 def _is_internal(item: Any) -> bool:
-    return isinstance(item, (PublishStepState, InternalDispatchEvent))
+    return isinstance(item, (PublishStepState, RunWorker, InternalDispatchEvent))
 
 
 class EventStream:

@@ -1,8 +1,10 @@
 """Encoding ticks as JSON-compatible journal records, and back.
 
 A record is ``{"type": <tick kind>, "stamped_at": <epoch seconds>, ...}``.  Events are
-stored as serializer strings, exceptions as ``{"exception_type", "exception_message"}``
-dicts (api.md §4.9), event classes as qualified names.  Waiter requirements are not
+stored in the serializer's record form (:meth:`BaseSerializer.to_record`: a model
+envelope dict for ``JsonSerializer``, text for other serializers), exceptions as
+``{"exception_type", "exception_message"}`` dicts (api.md §4.9), event classes as
+qualified names.  Waiter requirements are not
 stored (they may not be serializable); ``has_requirements`` is.  The layout is versioned
 with the snapshot format.
 """
@@ -51,30 +53,33 @@ _KINDS: dict[type, str] = {
 }
 
 
-def _event(value: Any, serializer: BaseSerializer) -> str | None:
-    return None if value is None else serializer.serialize(value)
+_DEFAULT_SERIALIZER = JsonSerializer()
+
+
+def _event(value: Any, serializer: BaseSerializer) -> Any:
+    return None if value is None else serializer.to_record(value)
 
 
 def _load_event(value: Any, serializer: BaseSerializer) -> Any:
-    return None if value is None else serializer.deserialize(value)
+    return None if value is None else serializer.from_record(value)
 
 
 def _encode_value(value: Any, serializer: BaseSerializer) -> Any:
     if isinstance(value, list):
-        return {"list": [serializer.serialize(v) for v in value]}
+        return {"list": [serializer.to_record(v) for v in value]}
     return {"event": _event(value, serializer)}
 
 
 def _decode_value(data: dict[str, Any], serializer: BaseSerializer) -> Any:
     if "list" in data:
-        return [serializer.deserialize(v) for v in data["list"]]
+        return [serializer.from_record(v) for v in data["list"]]
     return _load_event(data.get("event"), serializer)
 
 
 def _encode_op(op: CollectOp, serializer: BaseSerializer) -> dict[str, Any]:
     return {
         "buffer_id": op.buffer_id,
-        "event": serializer.serialize(op.event),
+        "event": serializer.to_record(op.event),
         "decision": op.decision,
         "needed_of_type": op.needed_of_type,
         "expected_len": op.expected_len,
@@ -85,7 +90,7 @@ def _encode_op(op: CollectOp, serializer: BaseSerializer) -> dict[str, Any]:
 def _decode_op(data: dict[str, Any], serializer: BaseSerializer) -> CollectOp:
     return CollectOp(
         buffer_id=data["buffer_id"],
-        event=serializer.deserialize(data["event"]),
+        event=serializer.from_record(data["event"]),
         decision=data["decision"],
         needed_of_type=int(data["needed_of_type"]),
         expected_len=int(data["expected_len"]),
@@ -130,7 +135,8 @@ def _decode_outcome(data: dict[str, Any], serializer: BaseSerializer) -> StepOut
     kind = data["kind"]
     sends = int(data.get("sends", 0))
     deleted = tuple(data.get("deleted_waiters", ()))
-    ops = tuple(_decode_op(op, serializer) for op in data.get("collect_ops", ()))
+    raw_ops = data.get("collect_ops")
+    ops = tuple(_decode_op(op, serializer) for op in raw_ops) if raw_ops else ()
     if kind == "completed":
         return Completed(_decode_value(data["value"], serializer), sends, ops, deleted)
     if kind == "failed":
@@ -152,12 +158,12 @@ def _decode_outcome(data: dict[str, Any], serializer: BaseSerializer) -> StepOut
 
 def encode_tick(tick: Tick, serializer: BaseSerializer | None = None) -> dict[str, Any]:
     """The JSON-compatible record of ``tick``."""
-    ser = serializer or JsonSerializer()
+    ser = serializer or _DEFAULT_SERIALIZER
     data: dict[str, Any] = {"type": _KINDS[type(tick)], "stamped_at": tick.stamped_at}
     if isinstance(tick, SessionStart):
         data["run_id"] = tick.run_id
     elif isinstance(tick, AddEvent):
-        data["event"] = ser.serialize(tick.event)
+        data["event"] = ser.to_record(tick.event)
         data["target_step"] = tick.target_step
         data["emission_key"] = list(tick.emission_key) if tick.emission_key else None
         data["source_step"] = tick.source_step
@@ -179,7 +185,7 @@ def encode_tick(tick: Tick, serializer: BaseSerializer | None = None) -> dict[st
 
 def decode_tick(data: dict[str, Any], serializer: BaseSerializer | None = None) -> Tick:
     """The tick a journal record stands for; ``ValueError`` names a bad record type."""
-    ser = serializer or JsonSerializer()
+    ser = serializer or _DEFAULT_SERIALIZER
     kind = data.get("type")
     stamp = float(data["stamped_at"])
     if kind == "session_start":
@@ -188,7 +194,7 @@ def decode_tick(data: dict[str, Any], serializer: BaseSerializer | None = None) 
         key = data.get("emission_key")
         return AddEvent(
             stamp,
-            ser.deserialize(data["event"]),
+            ser.from_record(data["event"]),
             data.get("target_step"),
             emission_key=(str(key[0]), int(key[1])) if key else None,
             source_step=data.get("source_step"),

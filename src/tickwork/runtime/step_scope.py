@@ -191,7 +191,9 @@ class StepScope:
         view = self._views.get(bid)
         if view is None:
             view = self.invocation.collect_view.get(bid, EMPTY_BUFFER)
-        op, new_view, released = decide_collect(view, bid, event, list(expected))
+        # ``expected`` is read, never kept: copying it would add O(len) to every call.
+        wanted = expected if isinstance(expected, (list, tuple)) else list(expected)
+        op, new_view, released = decide_collect(view, bid, event, wanted)
         self._views[bid] = new_view
         self.collect_ops.append(op)
         return released

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tickwork.events import StopEvent
-from tickwork.runtime.types.commands import PublishStepState
+from tickwork.runtime.types.commands import PublishStepState, RunWorker
 from tickwork.runtime.types.results import Completed, Failed, Suspended
 from tickwork.runtime.types.ticks import (
     AddEvent,
@@ -77,7 +77,11 @@ class VerbosePrinter:
 
     def published(self, item: Any) -> None:
         """A published item: step state changes become dispatch/completion lines."""
-        if isinstance(item, PublishStepState):
+        if isinstance(item, RunWorker):
+            invocation = item.invocation
+            tag = f"[{invocation.step}:{invocation.worker_id}]"
+            self._sink(f"{tag} started with {summarize(invocation.item.event)}")
+        elif isinstance(item, PublishStepState):
             self._step_state(item)
         elif isinstance(item, StopEvent):
             self._sink(f"[result] {summarize(item)}")
@@ -86,9 +90,7 @@ class VerbosePrinter:
 
     def _step_state(self, item: PublishStepState) -> None:
         tag = f"[{item.step}:{item.worker_id}]"
-        if item.state == "running":
-            self._sink(f"{tag} started with {summarize(item.event)}")
-        elif item.state == "preparing":
+        if item.state == "preparing":
             self._sink(f"[{item.step}] queued {item.input_type.__name__}: waiting for capacity")
         elif item.has_output:
             result = "no result" if item.event is None else f"-> {summarize(item.event)}"

@@ -174,7 +174,7 @@ class ReducerKit:
         for command in source:
             if isinstance(command, PublishEvent):
                 out.append(command.event)
-            elif isinstance(command, PublishStepState):
+            elif isinstance(command, (PublishStepState, RunWorker)):
                 out.append(materialize(command))
             elif isinstance(command, (CompleteRun, FailWorkflow, Halt)):
                 out.append(terminal_event(command))

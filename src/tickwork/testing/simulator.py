@@ -355,6 +355,7 @@ class _Simulation:
 
     def _execute(self, command: Command) -> None:
         if isinstance(command, RunWorker):
+            self.published.append(materialize(command))
             invocation = command.invocation
             self.executions[invocation.step] = self.executions.get(invocation.step, 0) + 1
             seconds, outcome = self.sim.outcome_of(invocation)

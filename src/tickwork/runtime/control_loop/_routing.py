@@ -109,13 +109,8 @@ def _route_to_step(
         return 0
     if spec.kind == "join":
         return _arrive_at_join(tx, step, event, recovery_counts, scope_path)
-    item = WorkItem(
-        work_item_id=tx.mint_work_item(),
-        step=step,
-        event=event,
-        scope_path=scope_path,
-        recovery_counts=recovery_counts,
-    )
+    # Positional: this is the hottest construction of the reducer.
+    item = WorkItem(tx.mint_work_item(), step, event, None, scope_path, recovery_counts)
     dispatch_or_queue(tx, step, item)
     return 1
 
@@ -294,12 +289,12 @@ def settle_in_stream(
     except AccountingError as error:
         _fail_accounting(tx, scope_path[-1], error)
         return
-    tx.touched_streams.add(scope_path[-1])
+    tx.touch_stream(scope_path[-1])
 
 
 def count_open_work(tx: Tx, stream: str, count: int) -> None:
     tx.streams = add_open_work(tx.streams, stream, count)
-    tx.touched_streams.add(stream)
+    tx.touch_stream(stream)
 
 
 def _fail_accounting(tx: Tx, stream: str, error: AccountingError) -> None:
@@ -311,8 +306,8 @@ def _fail_accounting(tx: Tx, stream: str, error: AccountingError) -> None:
 
 def close_finished_streams(tx: Tx) -> None:
     """Close every touched stream whose open work reached zero; fire its releases."""
-    pending = sorted(tx.touched_streams)
-    tx.touched_streams = set()
+    pending = sorted(tx.touched_streams or ())
+    tx.touched_streams = None
     for stream in pending:
         if not tx.live:
             return

@@ -87,7 +87,7 @@ class Tx:
     def __init__(self, base: RunState, now: float) -> None:
         self.base = base
         self.now = now
-        self.touched_streams: set[str] = set()
+        self.touched_streams: set[str] | None = None
         self.steps: dict[str, StepRunState] = {}
         self.commands: list[Command] = []
         self.status = base.status
@@ -106,8 +106,7 @@ class Tx:
         self.idle_check_pending = base.idle_check_pending
 
     def step(self, name: str) -> StepRunState:
-        current = self.steps.get(name)
-        return current if current is not None else self.base.steps[name]
+        return self.steps.get(name) or self.base.steps[name]
 
     def put_step(self, name: str, value: StepRunState) -> None:
         self.steps[name] = value
@@ -118,6 +117,12 @@ class Tx:
 
     def emit(self, command: Command) -> None:
         self.commands.append(command)
+
+    def touch_stream(self, stream: str) -> None:
+        """Mark ``stream`` for the end-of-tick check for finished streams."""
+        if self.touched_streams is None:
+            self.touched_streams = set()
+        self.touched_streams.add(stream)
 
     def mint_work_item(self) -> str:
         seq = self.work_item_seq
@@ -174,9 +179,15 @@ def _has_free_slot(spec: StepSpec, step_state: StepRunState) -> bool:
     return step_state.slots.busy < spec.num_workers
 
 
-def start_invocation(tx: Tx, step: str, item: WorkItem) -> None:
-    """Dispatch ``item`` to the smallest free slot: record the invocation, ask for a worker."""
-    current = tx.step(step)
+def start_invocation(
+    tx: Tx, step: str, item: WorkItem, current: StepRunState | None = None
+) -> None:
+    """Dispatch ``item`` to the smallest free slot: record the invocation, ask for a worker.
+
+    ``current`` is the step's state when the caller already holds it.
+    """
+    if current is None:
+        current = tx.step(step)
     slot, slots = current.slots.acquire()
     waiters = current.waiters
     item_waiters = current.waiters_by_item.get(item.work_item_id) if waiters else None
@@ -206,16 +217,15 @@ def start_invocation(tx: Tx, step: str, item: WorkItem) -> None:
         current.waiters_by_item,
     )
     tx.running += 1
-    tx.emit(PublishStepState(step, "running", str(slot), type(item.event), event=item.event))
     tx.emit(RunWorker(invocation))
 
 
 def dispatch_or_queue(tx: Tx, step: str, item: WorkItem) -> None:
     """Run ``item`` in the smallest free slot, or queue it (publishing PREPARING)."""
-    if _has_free_slot(tx.spec(step), tx.step(step)):
-        start_invocation(tx, step, item)
-        return
     current = tx.step(step)
+    if current.slots.busy < tx.base.config.steps[step].num_workers:
+        start_invocation(tx, step, item, current)
+        return
     tx.put_step(step, replace(current, queue=current.queue.append(item)))
     tx.queued += 1
     tx.emit(PublishStepState(step, "preparing", "<enqueued>", type(item.event)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from tickwork.runtime.control_loop._tx import (
@@ -45,14 +46,17 @@ def arm_waiter_timeouts(tx: Tx) -> None:
                 tx.emit(ScheduleWaiterTimeout(tx.now + max(0.0, remaining), step, waiter.waiter_id))
 
 
-def resolve_waiters(tx: Tx, event: Any) -> set[str]:
+_NONE_WOKEN: frozenset[str] = frozenset()
+
+
+def resolve_waiters(tx: Tx, event: Any) -> AbstractSet[str]:
     """Resolve every waiter ``event`` matches; re-deliver their work items.
 
     Returns the names of the steps woken this way (they do not also receive the event).
     """
     index = tx.waiter_index
     if not index:
-        return set()
+        return _NONE_WOKEN
     woken: set[str] = set()
     # Sorted: the index iterates in hash order, and resolution order decides dispatch
     # order, which must not depend on the process (replay elsewhere must agree).

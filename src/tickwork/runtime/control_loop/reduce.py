@@ -123,9 +123,9 @@ def _accrue_alive_time(tx: Tx) -> None:
 
 def _schedule_idle_check_if_quiescent(tx: Tx, tick: Tick) -> None:
     """After an input that leaves the run quiescent, ask for one idle check."""
-    if isinstance(tick, (SessionStart, IdleCheck)) or not tx.live:
+    if tx.queued or tx.running or tx.idle_check_pending or not tx.live:
         return
-    if tx.queued == 0 and tx.running == 0 and not tx.idle_check_pending:
+    if not isinstance(tick, (SessionStart, IdleCheck)):
         tx.idle_check_pending = True
         tx.emit(ScheduleIdleCheck())
 
@@ -229,7 +229,7 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
         _apply_failure(tx, invocation, outcome)
     else:
         _apply_completion(tx, invocation, outcome)
-    if tx.live:
+    if tx.live and tx.step(tick.step).queue:
         drain_queue(tx, tick.step)
 
 
@@ -257,7 +257,10 @@ def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> Non
     finish_invocation(
         tx, invocation, publish=True, output=output_type, has_output=True, value=value
     )
-    stop = next((ev for ev in events if isinstance(ev, StopEvent)), None)
+    if is_list:
+        stop = next((ev for ev in events if isinstance(ev, StopEvent)), None)
+    else:
+        stop = value if isinstance(value, StopEvent) else None
     if stop is not None:
         complete_run(tx, stop)
         return

@@ -408,6 +408,7 @@ class _Loop:
     # -- commands ------------------------------------------------------------------
 
     def _run_worker(self, command: RunWorker) -> None:
+        self.adapter.publish(command)  # stands for the invocation's RUNNING state
         invocation = command.invocation
         self.adapter.spawn_context.run(
             self.pool.spawn, invocation.invocation_id, self._worker, invocation

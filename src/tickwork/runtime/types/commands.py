@@ -26,7 +26,11 @@ __all__ = [
 
 @dataclass(slots=True)
 class RunWorker:
-    """Start an invocation of a step in a worker slot."""
+    """Start an invocation of a step in a worker slot, and publish its RUNNING state.
+
+    The record itself goes to the stream and stands for the ``StepStateChanged``
+    (RUNNING) event, so dispatching a step costs one command, not two.
+    """
 
     invocation: Invocation
 
@@ -54,7 +58,7 @@ class PublishStepState:
     """
 
     step: str
-    state: Literal["preparing", "running", "not_running"]
+    state: Literal["preparing", "not_running"]
     worker_id: str
     input_type: type
     output_type: type | None = None

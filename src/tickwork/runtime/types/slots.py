@@ -66,15 +66,22 @@ class SlotPool:
 
     def release(self, slot: int) -> SlotPool:
         """The pool with ``slot`` free again."""
+        if self._free is None and slot == self._high - 1:
+            # The highest slot with no gap below: lowering the mark is the same pool.
+            return SlotPool(self.busy - 1, slot, None)
         return SlotPool(self.busy - 1, self._high, _merge(self._free, (1, slot, None, None)))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SlotPool):
             return NotImplemented
-        return self.busy == other.busy and self._free_list() == other._free_list()
+        return self.busy == other.busy and self._taken() == other._taken()
 
     def __hash__(self) -> int:  # pragma: no cover - pools are not used as keys
-        return hash((self.busy, tuple(self._free_list())))
+        return hash((self.busy, tuple(sorted(self._taken()))))
+
+    def _taken(self) -> set[int]:
+        """The busy slots (equal pools may differ in their mark and free heap)."""
+        return set(range(self._high)) - set(self._free_list())
 
     def _free_list(self) -> list[int]:
         out: list[int] = []
