@@ -287,11 +287,20 @@ class _Loop:
     # -- feeding ticks -------------------------------------------------------------
 
     def post(self, tick: Tick) -> None:
-        """Add a tick from a worker or the caller (same thread as the loop)."""
-        if self.exit is None:
-            self.inbox.append(tick)
-            if self.waiting:
+        """Add a tick from a worker or the caller (same thread as the loop).
+
+        While the loop task sleeps, the posting task reduces the tick itself (see
+        :meth:`_drain_inline`); a durable run must commit before acting, which only the
+        loop task can await, so it is woken instead.
+        """
+        if self.exit is not None:
+            return
+        self.inbox.append(tick)
+        if self.waiting:
+            if self.adapter.durable or self.crash is not None:
                 self.pool.wake()
+            else:
+                self._drain_inline()
 
     async def run(self, start_event: Any) -> RunExit:
         self.adapter.bind(self.post)
@@ -428,27 +437,25 @@ class _Loop:
             outcome = Failed(error, None, time.time())
         finally:
             self.pool.done(invocation.invocation_id)
-        result = StepResult(time.time(), invocation.step, invocation.invocation_id, outcome)
-        if self.waiting and not self.adapter.durable and self.exit is None:
-            self._drain_in_worker(result)
-        else:
-            self.post(result)
+        self.post(StepResult(time.time(), invocation.step, invocation.invocation_id, outcome))
 
-    def _drain_in_worker(self, result: StepResult) -> None:
-        """Process a result in the worker's own task while the loop task sleeps.
+    def _drain_inline(self) -> None:
+        """Reduce posted ticks in the posting task while the loop task sleeps.
 
-        Handing the result to the sleeping loop costs a whole event-loop iteration per
-        step; when the loop is idle-waiting (so nothing else is draining), the finishing
-        worker reduces the pending ticks itself, which is safe because a drain never
-        awaits.  The loop is woken only when it has something to do: the run ended, an
-        idle check is due, or a timer it does not know about was scheduled.
+        Handing a tick to the sleeping loop costs a whole event-loop iteration; when the
+        loop is idle-waiting (so nothing else is draining), the task that posted (a
+        finishing worker, a step writing to the stream, the caller sending an event)
+        reduces the ticks itself, which is safe because a drain never awaits.  The loop
+        is woken only when it has something to do: the run ended, an idle check is due,
+        or a timer it does not know about was scheduled.
         """
-        self.inbox.append(result)
         timers = len(self.heap)
         self.waiting = False
         try:
-            self._take_available()
-            self._drain()
+            # Commands never post, but a tick posted meanwhile must not be stranded.
+            while self.inbox and self.exit is None:
+                self._take_available()
+                self._drain()
         except Exception as error:  # a runtime bug: let the loop task raise it
             self.crash = error
         finally:
