@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from tickwork.errors import WorkflowCancelledByUser, WorkflowRuntimeError
+from tickwork.errors import WorkflowCancelledByUser
 from tickwork.events import Event, StopEvent
 
 if TYPE_CHECKING:
@@ -41,7 +41,6 @@ class WorkflowHandler:
     def __init__(self, ctx: Context[Any], session: RunSession) -> None:
         self._ctx = ctx
         self._session = session
-        self._stream_consumed = False
 
     @property
     def ctx(self) -> Context[Any]:
@@ -95,17 +94,19 @@ class WorkflowHandler:
 
     # -- streaming and sending ------------------------------------------------------------
 
-    async def stream_events(self, expose_internal: bool = False) -> AsyncIterator[Event]:
-        """Published events up to and including the terminal event (single consumer)."""
-        if self._stream_consumed:
-            raise WorkflowRuntimeError(
+    def stream_events(self, expose_internal: bool = False) -> AsyncIterator[Event]:
+        """Published events up to and including the terminal event (single consumer).
+
+        Iterating a stream whose terminal event was already handed out raises
+        ``WorkflowRuntimeError`` (at the first ``__anext__``).
+        """
+        return self._session.stream.iterate(
+            expose_internal,
+            consumed_error=(
                 f"all events of run {self.run_id} were already consumed: the stream can "
                 "only be iterated once"
-            )
-        async for event in self._session.stream.iterate(expose_internal):
-            if isinstance(event, StopEvent):
-                self._stream_consumed = True
-            yield event
+            ),
+        )
 
     async def send_event(self, event: Event, step: str | None = None) -> None:
         """Same as ``handler.ctx.send_event(event, step)``."""

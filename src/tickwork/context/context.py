@@ -275,7 +275,10 @@ class Context(Generic[MODEL_T]):
 
     def write_event_to_stream(self, ev: Event | None) -> None:
         """Publish ``ev`` to the run's event stream (not routed to any step)."""
-        self._step_scope("write_event_to_stream").write(ev)
+        step = self._step  # inlined _step_scope(): steps call this in tight loops
+        if step is None:
+            step = self._step_scope("write_event_to_stream")
+        step.write(ev)
 
     def collect_events(
         self, ev: Event, expected: Sequence[type[Event]], buffer_id: str | None = None

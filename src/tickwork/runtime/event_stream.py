@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 
+from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import InternalDispatchEvent, StepState, StepStateChanged, StopEvent
 from tickwork.runtime.types.commands import PublishStepState, RunWorker
 
@@ -104,12 +105,27 @@ class EventStream:
         self._cursor += 1
         return True, item
 
-    async def iterate(self, expose_internal: bool) -> AsyncIterator[Any]:
-        """Yield events until (and including) the first ``StopEvent``."""
+    async def iterate(
+        self, expose_internal: bool, consumed_error: str | None = None
+    ) -> AsyncIterator[Any]:
+        """Yield events until (and including) the first ``StopEvent``.
+
+        With ``consumed_error``, a stream whose terminal event was already handed out
+        raises ``WorkflowRuntimeError`` with that message instead of ending at once.
+        """
+        if consumed_error is not None and self.consumed:
+            raise WorkflowRuntimeError(consumed_error)
+        items = self._items
         while True:
-            ok, item = await self.next_item()
-            if not ok:
-                return
+            cursor = self._cursor
+            if cursor < len(items):  # the common case: no coroutine, no wait
+                item = items[cursor]
+                items[cursor] = None
+                self._cursor = cursor + 1
+            else:
+                ok, item = await self.next_item()
+                if not ok:
+                    return
             if not expose_internal and _is_internal(item):
                 continue
             event = materialize(item)

@@ -177,7 +177,11 @@ class StepScope:
         """Publish ``event`` to the run's stream (``None`` is a no-op)."""
         if event is None or (self.returned and self._late("write_event_to_stream")):
             return
-        self._hand_to_loop(PublishEvent(time.time(), event, self.invocation.invocation_id))
+        tick = PublishEvent(time.time(), event, self.invocation.invocation_id)
+        if threading.get_ident() == self._loop_thread:
+            self._post(tick)  # _hand_to_loop's common case, inlined for tight write loops
+        else:
+            self._hand_to_loop(tick)
 
     # -- collect_events -------------------------------------------------------------
 
