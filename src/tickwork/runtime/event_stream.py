@@ -2,14 +2,17 @@
 
 Published events are buffered until consumed, so a consumer that attaches late (even
 after the run has ended) still sees everything.  Each event goes to exactly one reader;
-concurrent readers share one cursor.  ``StepStateChanged`` records are kept as light
-command records (``PublishStepState``, and ``RunWorker`` for RUNNING) and turned into
-pydantic events only when read.
+concurrent readers share one cursor.  A step state change (a ``RunWorker`` stands for
+RUNNING, a ``PublishStepState`` for the others) is buffered as a small tuple of strings,
+which the garbage collector stops tracking, and becomes a ``StepStateChanged`` only
+when read: a run nobody streams keeps two such records per step execution and nothing
+more (not the invocation, not its events).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import lru_cache
 from typing import Any
 
 import anyio
@@ -18,45 +21,64 @@ from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import InternalDispatchEvent, StepState, StepStateChanged, StopEvent
 from tickwork.runtime.types.commands import PublishStepState, RunWorker
 
-__all__ = ["EventStream", "materialize"]
+__all__ = ["EventStream", "materialize", "step_state_record"]
 
 _STATES = {
+    "running": StepState.RUNNING,
     "preparing": StepState.PREPARING,
     "not_running": StepState.NOT_RUNNING,
 }
 
+# Marks a buffered step-state record.  A plain ``object()`` is not tracked by the garbage
+# collector, so neither is a tuple of it and strings.
+_RECORD: Any = object()
+
+StepStateRecord = tuple[Any, str, str, str, str, "str | None"]
+"""``(_RECORD, state, step, worker_id, input_event_name, output_event_name)``."""
+
+
+@lru_cache(maxsize=4096)
+def _type_text(cls: type) -> str:
+    """``str(cls)``, the form NOT_RUNNING records name their input and output types in."""
+    return str(cls)
+
+
+def step_state_record(command: RunWorker | PublishStepState) -> StepStateRecord:
+    """The buffered form of a step state change command."""
+    if isinstance(command, RunWorker):
+        invocation = command.invocation
+        event_name = type(invocation.item.event).__name__
+        return (_RECORD, "running", invocation.step, str(invocation.worker_id), event_name, None)
+    if command.state == "not_running":
+        output = _type_text(command.output_type) if command.has_output else None
+        input_name = _type_text(command.input_type)
+        return (_RECORD, "not_running", command.step, command.worker_id, input_name, output)
+    input_name = command.input_type.__name__
+    return (_RECORD, command.state, command.step, command.worker_id, input_name, None)
+
+
+def _is_record(item: Any) -> bool:
+    return type(item) is tuple and len(item) == 6 and item[0] is _RECORD
+
 
 def materialize(item: Any) -> Any:
-    """Turn a buffered item into the event a reader sees."""
-    if isinstance(item, RunWorker):
-        invocation = item.invocation
-        return StepStateChanged.model_construct(
-            name=invocation.step,
-            step_state=StepState.RUNNING,
-            worker_id=str(invocation.worker_id),
-            input_event_name=type(invocation.item.event).__name__,
-            output_event_name=None,
-        )
-    if not isinstance(item, PublishStepState):
+    """Turn a buffered item (or a step state command) into the event a reader sees."""
+    if isinstance(item, (RunWorker, PublishStepState)):
+        item = step_state_record(item)
+    elif not _is_record(item):
         return item
-    state = _STATES[item.state]
-    if item.state == "not_running":
-        input_name = str(item.input_type)
-        output = str(item.output_type) if item.has_output else None
-    else:
-        input_name = item.input_type.__name__
-        output = None
+    _, state, step, worker_id, input_name, output = item
     return StepStateChanged.model_construct(
-        name=item.step,
-        step_state=state,
-        worker_id=item.worker_id,
+        name=step,
+        step_state=_STATES[state],
+        worker_id=worker_id,
         input_event_name=input_name,
         output_event_name=output,
     )
 
 
 def _is_internal(item: Any) -> bool:
-    return isinstance(item, (PublishStepState, RunWorker, InternalDispatchEvent))
+    return _is_record(item) or isinstance(item, InternalDispatchEvent)
 
 
 class EventStream:
@@ -71,7 +93,9 @@ class EventStream:
         self.terminal_event: StopEvent | None = None
 
     def push(self, item: Any) -> None:
-        """Append a published item and wake readers."""
+        """Append a published item (step state commands as records) and wake readers."""
+        if isinstance(item, (RunWorker, PublishStepState)):
+            item = step_state_record(item)
         self._items.append(item)
         if isinstance(item, StopEvent):
             self.terminal_event = item

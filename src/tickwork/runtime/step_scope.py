@@ -89,6 +89,21 @@ def check_send_target(specs: Mapping[str, StepSpec], event: Any, step: str | Non
 class StepScope:
     """The per-invocation state behind a step-face ``Context``."""
 
+    __slots__ = (
+        "__weakref__",
+        "_context",
+        "_loop_thread",
+        "_post",
+        "_views",
+        "collect_ops",
+        "deleted_waiters",
+        "invocation",
+        "returned",
+        "sends",
+        "session",
+        "worker_thread",
+    )
+
     def __init__(
         self,
         session: RunSession,

@@ -70,6 +70,7 @@ class StepInvoker:
     __slots__ = (
         "collection_param",
         "context_parameter",
+        "direct",
         "event_name",
         "fn",
         "is_async",
@@ -92,6 +93,9 @@ class StepInvoker:
             config.collection_param[0] if config.collection_param is not None else None
         )
         self.resources: list[Any] = list(config.resources)
+        # The common shape: an async body with no resources and no per-step timeout,
+        # awaited right in execute_invocation (no extra coroutine layer).
+        self.direct = self.is_async and not self.resources and self.timeout is None
 
 
 def _in_step_thread(scope: StepScope, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
@@ -192,9 +196,13 @@ async def execute_invocation(
     """Run one invocation to its outcome.  Only cancellation propagates."""
     scope = StepScope(session, invocation, post, threading.get_ident())
     invoker = session.invoker(invocation.step)
-    span = session.step_span(invocation)
+    span = session.step_span(invocation) if session.run_span is not None else None
     try:
-        if invoker.timeout is None:
+        if invoker.direct:
+            session.enter_step(scope)
+            value = await invoker.fn(**_bind_arguments(invocation, invoker, scope))
+            check_return_value(invoker.spec, value)
+        elif invoker.timeout is None:
             value = await _run_body(session, invocation, invoker, scope)
         else:
             value = await _run_with_timeout(session, invocation, invoker, scope)
