@@ -167,13 +167,16 @@ class DictLikeModel(BaseModel):
             # Validate into a bare instance: ``BaseModel.model_validate`` would run the
             # custom ``__init__``, which validates the same data a second time.
             model = cls.__new__(cls)
-            cls.__pydantic_validator__.validate_python(
-                obj,
-                strict=strict,
-                from_attributes=from_attributes,
-                context=context,
-                self_instance=model,
-            )
+            if strict is None and from_attributes is None and context is None:
+                cls.__pydantic_validator__.validate_python(obj, self_instance=model)
+            else:
+                cls.__pydantic_validator__.validate_python(
+                    obj,
+                    strict=strict,
+                    from_attributes=from_attributes,
+                    context=context,
+                    self_instance=model,
+                )
             return model
         if isinstance(obj, dict) and not isinstance(obj, cls):
             obj = dict(obj)

@@ -11,6 +11,7 @@ with the snapshot format.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tickwork._serde_fields import dump_exception, load_exception, qualified_name
@@ -185,34 +186,48 @@ def encode_tick(tick: Tick, serializer: BaseSerializer | None = None) -> dict[st
 
 def decode_tick(data: dict[str, Any], serializer: BaseSerializer | None = None) -> Tick:
     """The tick a journal record stands for; ``ValueError`` names a bad record type."""
-    ser = serializer or _DEFAULT_SERIALIZER
     kind = data.get("type")
-    stamp = float(data["stamped_at"])
-    if kind == "session_start":
-        return SessionStart(stamp, str(data.get("run_id", "")))
-    if kind == "add_event":
-        key = data.get("emission_key")
-        return AddEvent(
-            stamp,
-            ser.from_record(data["event"]),
-            data.get("target_step"),
-            emission_key=(str(key[0]), int(key[1])) if key else None,
-            source_step=data.get("source_step"),
-            recovery_counts=dict(data.get("recovery_counts") or {}),
-        )
-    if kind == "step_result":
-        outcome = _decode_outcome(data["outcome"], ser)
-        return StepResult(stamp, data["step"], data["invocation_id"], outcome)
-    if kind == "publish_event":
-        return PublishEvent(stamp, _load_event(data.get("event"), ser), data.get("invocation_id"))
-    if kind == "cancel_run":
-        return CancelRun(stamp)
-    if kind == "timeout":
-        return Timeout(stamp)
-    if kind == "wakeup":
-        return Wakeup(stamp, data["step"])
-    if kind == "waiter_timeout":
-        return WaiterTimeout(stamp, data["step"], data["waiter_id"])
-    if kind == "idle_check":
-        return IdleCheck(stamp)
-    raise ValueError(f"unknown journal record type {kind!r}")
+    decoder = _DECODERS.get(kind) if isinstance(kind, str) else None
+    if decoder is None:
+        raise ValueError(f"unknown journal record type {kind!r}")
+    return decoder(data, float(data["stamped_at"]), serializer or _DEFAULT_SERIALIZER)
+
+
+def _decode_session_start(data: dict[str, Any], stamp: float, ser: BaseSerializer) -> Tick:
+    return SessionStart(stamp, str(data.get("run_id", "")))
+
+
+def _decode_add_event(data: dict[str, Any], stamp: float, ser: BaseSerializer) -> Tick:
+    key = data.get("emission_key")
+    return AddEvent(
+        stamp,
+        ser.from_record(data["event"]),
+        data.get("target_step"),
+        emission_key=(str(key[0]), int(key[1])) if key else None,
+        source_step=data.get("source_step"),
+        recovery_counts=dict(data.get("recovery_counts") or {}),
+    )
+
+
+def _decode_step_result(data: dict[str, Any], stamp: float, ser: BaseSerializer) -> Tick:
+    outcome = _decode_outcome(data["outcome"], ser)
+    return StepResult(stamp, data["step"], data["invocation_id"], outcome)
+
+
+def _decode_publish_event(data: dict[str, Any], stamp: float, ser: BaseSerializer) -> Tick:
+    return PublishEvent(stamp, _load_event(data.get("event"), ser), data.get("invocation_id"))
+
+
+_DECODERS: dict[str, Callable[[dict[str, Any], float, BaseSerializer], Tick]] = {
+    "session_start": _decode_session_start,
+    "add_event": _decode_add_event,
+    "step_result": _decode_step_result,
+    "publish_event": _decode_publish_event,
+    "cancel_run": lambda data, stamp, ser: CancelRun(stamp),
+    "timeout": lambda data, stamp, ser: Timeout(stamp),
+    "wakeup": lambda data, stamp, ser: Wakeup(stamp, data["step"]),
+    "waiter_timeout": lambda data, stamp, ser: WaiterTimeout(
+        stamp, data["step"], data["waiter_id"]
+    ),
+    "idle_check": lambda data, stamp, ser: IdleCheck(stamp),
+}

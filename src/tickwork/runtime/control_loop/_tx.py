@@ -67,7 +67,7 @@ class Tx:
     """The accumulator of one reduction: the run's fields as attributes, the changed
     steps, and the commands produced so far.  ``commit`` builds the new state once."""
 
-    __slots__ = ("base", "commands", "now", "steps", "touched_streams", *_SCALARS)
+    __slots__ = ("_own_steps", "base", "commands", "now", "steps", "touched_streams", *_SCALARS)
 
     status: str
     is_running: bool
@@ -88,7 +88,9 @@ class Tx:
         self.base = base
         self.now = now
         self.touched_streams: set[str] | None = None
-        self.steps: dict[str, StepRunState] = {}
+        # The input's step map, read-only until the first put_step copies it.
+        self.steps: Mapping[str, StepRunState] = base.steps
+        self._own_steps: dict[str, StepRunState] | None = None
         self.commands: list[Command] = []
         self.status = base.status
         self.is_running = base.is_running
@@ -106,10 +108,14 @@ class Tx:
         self.idle_check_pending = base.idle_check_pending
 
     def step(self, name: str) -> StepRunState:
-        return self.steps.get(name) or self.base.steps[name]
+        return self.steps[name]
 
     def put_step(self, name: str, value: StepRunState) -> None:
-        self.steps[name] = value
+        own = self._own_steps
+        if own is None:
+            own = self._own_steps = dict(self.steps)
+            self.steps = own
+        own[name] = value
 
     def spec(self, name: str) -> StepSpec:
         spec: StepSpec = self.base.config.steps[name]
@@ -140,13 +146,9 @@ class Tx:
 
     def commit(self) -> RunState:
         base = self.base
-        steps = base.steps
-        if self.steps:
-            steps = dict(steps)
-            steps.update(self.steps)
         return RunState(
             base.config,
-            steps,
+            self.steps,
             self.status,  # type: ignore[arg-type]
             self.is_running,
             self.queued,
@@ -206,15 +208,18 @@ def start_invocation(
         current.collect_buffers,
         {wid: waiters[wid] for wid in item_waiters} if item_waiters else _NO_WAITERS,
     )
-    tx.steps[step] = StepRunState(
-        current.queue,
-        current.in_progress.set(inv_id, invocation),
-        slots,
-        current.collect_buffers,
-        current.join_buffer,
-        current.join_counts,
-        waiters,
-        current.waiters_by_item,
+    tx.put_step(
+        step,
+        StepRunState(
+            current.queue,
+            current.in_progress.set(inv_id, invocation),
+            slots,
+            current.collect_buffers,
+            current.join_buffer,
+            current.join_counts,
+            waiters,
+            current.waiters_by_item,
+        ),
     )
     tx.running += 1
     tx.emit(RunWorker(invocation))
@@ -254,15 +259,18 @@ def drain_queue(tx: Tx, step: str) -> None:
 def release_slot(tx: Tx, invocation: Invocation) -> None:
     step = invocation.step
     current = tx.step(step)
-    tx.steps[step] = StepRunState(
-        current.queue,
-        current.in_progress.delete(invocation.invocation_id),
-        current.slots.release(invocation.worker_id),
-        current.collect_buffers,
-        current.join_buffer,
-        current.join_counts,
-        current.waiters,
-        current.waiters_by_item,
+    tx.put_step(
+        step,
+        StepRunState(
+            current.queue,
+            current.in_progress.delete(invocation.invocation_id),
+            current.slots.release(invocation.worker_id),
+            current.collect_buffers,
+            current.join_buffer,
+            current.join_counts,
+            current.waiters,
+            current.waiters_by_item,
+        ),
     )
     tx.running -= 1
 
@@ -287,7 +295,7 @@ def finish_invocation(
                 type(invocation.item.event),
                 output,
                 has_output,
-                event=value,
+                value,
             )
         )
 

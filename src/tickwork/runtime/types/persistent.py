@@ -370,8 +370,9 @@ class PMap(Generic[K, V]):
         if type(root) is tuple:
             for index, (k, _) in enumerate(root):
                 if k is key or k == key:
-                    rest = root[:index] + root[index + 1 :]
-                    return PMap(rest or None, self._len - 1)
+                    if len(root) == 1:
+                        return _EMPTY_MAP
+                    return PMap(root[:index] + root[index + 1 :], self._len - 1)
             return self
         new_root, removed = _delete(root, key, hash(key), 0)
         return PMap(new_root, self._len - 1) if removed else self
@@ -410,3 +411,6 @@ class PMap(Generic[K, V]):
 
     def __repr__(self) -> str:
         return f"PMap({dict(self.items())!r})"
+
+
+_EMPTY_MAP: PMap[Any, Any] = PMap()
