@@ -7,7 +7,7 @@ never modify the state they start from.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, Callable, Iterable
 from typing import Any
 
 from tickwork.runtime.control_loop.reduce import reduce
@@ -18,6 +18,20 @@ from tickwork.types import ExitCommand, JournalRecord, ReplayResult
 __all__ = ["rebuild_state_from_ticks", "rebuild_state_from_ticks_stream", "replay_ticks_stream"]
 
 
+_decode_tick: Callable[[Any], Any] | None = None
+
+
+def _decoder() -> Callable[[Any], Any]:
+    """``journal_codec.decode_tick``, imported on first use (the codec imports the
+    serializers, whose package imports the runtime: a module-level import would cycle)."""
+    global _decode_tick
+    if _decode_tick is None:
+        from tickwork.runtime.journal_codec import decode_tick
+
+        _decode_tick = decode_tick
+    return _decode_tick
+
+
 def _as_tick(state: RunState, record: Any) -> Any | None:
     """The tick a record stands for, or ``None`` when it was already folded."""
     if not isinstance(record, JournalRecord):
@@ -26,9 +40,7 @@ def _as_tick(state: RunState, record: Any) -> Any | None:
         return None
     if record.seq != state.journal_seq:
         raise ValueError(f"journal gap: expected seq {state.journal_seq}, got seq {record.seq}")
-    from tickwork.runtime.journal_codec import decode_tick
-
-    return decode_tick(record.data)
+    return _decoder()(record.data)
 
 
 def _exit_of(commands: list[Any]) -> ExitCommand | None:
@@ -50,12 +62,18 @@ def _fold_one(state: RunState, record: Any) -> tuple[RunState, ExitCommand | Non
     return state, _exit_of(commands)
 
 
+def _fold_state(state: RunState, record: Any) -> RunState:
+    """``_fold_one`` without looking for an exit command (rebuilds need only the state)."""
+    tick = _as_tick(state, record)
+    return state if tick is None else reduce(state, tick)[0]
+
+
 def rebuild_state_from_ticks(
     state: RunState, ticks: Iterable[Any], run_id: str | None = None
 ) -> RunState:
     """Fold ``ticks`` (tick objects or ``JournalRecord``s) over ``state``."""
     for record in ticks:
-        state, _ = _fold_one(state, record)
+        state = _fold_state(state, record)
     return state
 
 
@@ -64,7 +82,7 @@ async def rebuild_state_from_ticks_stream(
 ) -> RunState:
     """The same fold over an async iterable; memory is bounded by one record."""
     async for record in ticks:
-        state, _ = _fold_one(state, record)
+        state = _fold_state(state, record)
     return state
 
 
