@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from tickwork.runtime.types.commands import (
     CancelWorker,
@@ -27,6 +27,7 @@ from tickwork.runtime.types.state import (
     Invocation,
     ReleaseState,
     RunState,
+    RunStatus,
     StepRunState,
     StepSpec,
     StreamState,
@@ -46,7 +47,6 @@ _log = logging.getLogger("tickwork.runtime")
 
 
 _SCALARS = (
-    "status",
     "is_running",
     "queued",
     "running",
@@ -67,9 +67,21 @@ class Tx:
     """The accumulator of one reduction: the run's fields as attributes, the changed
     steps, and the commands produced so far.  ``commit`` builds the new state once."""
 
-    __slots__ = ("_own_steps", "base", "commands", "now", "steps", "touched_streams", *_SCALARS)
+    __slots__ = (
+        "_own_steps",
+        "_status",
+        "base",
+        "commands",
+        "live",
+        "now",
+        "steps",
+        "touched_streams",
+        *_SCALARS,
+    )
 
-    status: str
+    _status: RunStatus
+    live: bool
+    """Whether the run is running (kept in step with ``status``: read on every phase)."""
     is_running: bool
     queued: int
     running: int
@@ -92,7 +104,8 @@ class Tx:
         self.steps: Mapping[str, StepRunState] = base.steps
         self._own_steps: dict[str, StepRunState] | None = None
         self.commands: list[Command] = []
-        self.status = base.status
+        self._status = base.status
+        self.live = base.status == "running"
         self.is_running = base.is_running
         self.queued = base.queued
         self.running = base.running
@@ -141,15 +154,20 @@ class Tx:
         return invocation_id(seq)
 
     @property
-    def live(self) -> bool:
-        return self.status == "running"
+    def status(self) -> str:
+        return self._status
+
+    @status.setter
+    def status(self, value: str) -> None:
+        self._status = cast(RunStatus, value)
+        self.live = value == "running"
 
     def commit(self) -> RunState:
         base = self.base
         return RunState(
             base.config,
             self.steps,
-            self.status,  # type: ignore[arg-type]
+            self._status,
             self.is_running,
             self.queued,
             self.running,
