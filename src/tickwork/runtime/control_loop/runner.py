@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextvars
 import heapq
+import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from contextvars import Context
 from typing import Any, Protocol
 
 import anyio
@@ -121,7 +123,11 @@ class using_adapter:
         _ADAPTER.reset(self._token)
 
 
-WorkerFn = Callable[[Invocation], Awaitable[None]]
+WorkerFn = Callable[[Invocation], Coroutine[Any, Any, None]]
+
+
+# asyncio's create_task() takes the task's context from Python 3.11 on.
+_TASK_CONTEXT_ARGUMENT = sys.version_info >= (3, 11)
 
 
 class _TaskPool:
@@ -130,7 +136,8 @@ class _TaskPool:
     of a generic task group, a cancel scope per invocation and an ``Event`` per wait
     roughly halved the framework's cost per step."""
 
-    def spawn(self, key: str, fn: WorkerFn, arg: Invocation) -> None:
+    def spawn(self, key: str, fn: WorkerFn, arg: Invocation, context: Context) -> None:
+        """Start ``fn(arg)`` as worker ``key`` in a copy of ``context``."""
         raise NotImplementedError
 
     def done(self, key: str) -> None:
@@ -160,9 +167,14 @@ class _AsyncioPool(_TaskPool):
         self._tasks: dict[str, Any] = {}
         self._waiter: Any = None
 
-    def spawn(self, key: str, fn: WorkerFn, arg: Invocation) -> None:
+    def spawn(self, key: str, fn: WorkerFn, arg: Invocation, context: Context) -> None:
         # No done-callback: each one costs a scheduled handle; the worker calls done().
-        self._tasks[key] = self._loop.create_task(fn(arg))  # type: ignore[arg-type]
+        task: Any
+        if _TASK_CONTEXT_ARGUMENT:
+            task = self._loop.create_task(fn(arg), context=context.copy())  # type: ignore[call-arg]
+        else:  # Python 3.10: a task copies the context it is created in
+            task = context.run(self._loop.create_task, fn(arg))
+        self._tasks[key] = task
 
     def done(self, key: str) -> None:
         self._tasks.pop(key, None)
@@ -206,8 +218,8 @@ class _TrioPool(_TaskPool):
         self._scopes: dict[str, Any] = {}
         self._event: Any = None
 
-    def spawn(self, key: str, fn: WorkerFn, arg: Invocation) -> None:
-        self._nursery.start_soon(self._run, key, fn, arg)
+    def spawn(self, key: str, fn: WorkerFn, arg: Invocation, context: Context) -> None:
+        context.run(self._nursery.start_soon, self._run, key, fn, arg)
 
     async def _run(self, key: str, fn: WorkerFn, arg: Invocation) -> None:
         with self._trio.CancelScope() as scope:
@@ -419,8 +431,8 @@ class _Loop:
     def _run_worker(self, command: RunWorker) -> None:
         self.adapter.publish(command)  # stands for the invocation's RUNNING state
         invocation = command.invocation
-        self.adapter.spawn_context.run(
-            self.pool.spawn, invocation.invocation_id, self._worker, invocation
+        self.pool.spawn(
+            invocation.invocation_id, self._worker, invocation, self.adapter.spawn_context
         )
 
     async def _worker(self, invocation: Invocation) -> None:
