@@ -24,6 +24,7 @@ from tickwork.runtime.control_loop._tx import (
     waiter_order,
 )
 from tickwork.runtime.control_loop._waiters import (
+    NONE_WOKEN,
     delete_waiters,
     resolve_waiters,
 )
@@ -81,7 +82,7 @@ def deliver_event(
     Returns the number of new open work items this created in the event's stream
     (dispatched or queued work items; buffered arrivals and woken waiters count 0).
     """
-    woken = resolve_waiters(tx, event)
+    woken = NONE_WOKEN if tx.waiter_index.empty else resolve_waiters(tx, event)
     delivered = bool(woken)
     opened = 0
     routes = (target,) if target is not None else tx.base.config.routes_for(type(event))

@@ -296,7 +296,6 @@ def release_slot(tx: Tx, invocation: Invocation) -> None:
 def finish_invocation(
     tx: Tx,
     invocation: Invocation,
-    *,
     publish: bool,
     output: type | None,
     has_output: bool = False,

@@ -46,7 +46,7 @@ def arm_waiter_timeouts(tx: Tx) -> None:
                 tx.emit(ScheduleWaiterTimeout(tx.now + max(0.0, remaining), step, waiter.waiter_id))
 
 
-_NONE_WOKEN: frozenset[str] = frozenset()
+NONE_WOKEN: frozenset[str] = frozenset()
 
 
 def resolve_waiters(tx: Tx, event: Any) -> AbstractSet[str]:
@@ -55,8 +55,8 @@ def resolve_waiters(tx: Tx, event: Any) -> AbstractSet[str]:
     Returns the names of the steps woken this way (they do not also receive the event).
     """
     index = tx.waiter_index
-    if not index:
-        return _NONE_WOKEN
+    if index.empty:
+        return NONE_WOKEN
     woken: set[str] = set()
     # Sorted: the index iterates in hash order, and resolution order decides dispatch
     # order, which must not depend on the process (replay elsewhere must agree).

@@ -296,9 +296,7 @@ def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> Non
     events: list[Any] = value if is_list else ([] if value is None else [value])
     last = (value[-1] if value else None) if is_list else value
     output_type = type(last)
-    finish_invocation(
-        tx, invocation, publish=True, output=output_type, has_output=True, value=value
-    )
+    finish_invocation(tx, invocation, True, output_type, True, value)
     if is_list:
         stop = next((ev for ev in events if isinstance(ev, StopEvent)), None)
     else:

@@ -39,7 +39,7 @@ def _bucket(event_type: type, requirements: Mapping[str, Any] | None) -> _Bucket
 class WaiterIndex:
     """Waiters by bucket, plus the key sets in use per awaited type."""
 
-    __slots__ = ("_buckets", "_keysets")
+    __slots__ = ("_buckets", "_keysets", "empty")
 
     def __init__(
         self,
@@ -48,9 +48,11 @@ class WaiterIndex:
     ) -> None:
         self._buckets: PMap[_Bucket, PMap[WaiterRef, bool]] = buckets or PMap()
         self._keysets: PMap[type, PMap[tuple[str, ...], int]] = keysets or PMap()
+        self.empty = not self._buckets
+        """No waiter is indexed (a plain attribute: every routed event asks)."""
 
     def __bool__(self) -> bool:
-        return bool(self._buckets)
+        return not self.empty
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, WaiterIndex):
