@@ -59,7 +59,7 @@ def claim_emission(tx: Tx, tick: AddEvent) -> bool:
     if tick.emission_key is None or tick.source_step is None:
         return True
     inv_id, index = tick.emission_key
-    current = tx.step(tick.source_step)
+    current = tx.steps[tick.source_step]
     invocation = current.in_progress.get(inv_id)
     if invocation is None or index in invocation.received:
         return False
@@ -167,7 +167,7 @@ def _arrive_at_join(
     O(1) append; the O(buffer) assignment search runs only when a batch may be ready.
     """
     spec = tx.spec(step)
-    current = tx.step(step)
+    current = tx.steps[step]
     counts = dict(current.join_counts)
     counts[type(event)] = counts.get(type(event), 0) + 1
     appended = current.join_buffer.append(event)
@@ -334,19 +334,19 @@ def _cut_stream(tx: Tx, stream: str) -> None:
         return stream in path
 
     for step in tx.base.steps:
-        current = tx.step(step)
+        current = tx.steps[step]
         kept = [it for it in current.queue if not inside(it.scope_path)]
         dropped = len(current.queue) - len(kept)
         if dropped:
             tx.put_step(step, replace(current, queue=PQueue.of(kept)))
             tx.queued += -dropped
         for invocation in sorted(
-            tx.step(step).in_progress.values(), key=lambda inv: invocation_order(inv.invocation_id)
+            tx.steps[step].in_progress.values(), key=lambda inv: invocation_order(inv.invocation_id)
         ):
             if inside(invocation.item.scope_path):
                 tx.emit(CancelWorker(invocation.invocation_id))
                 finish_invocation(tx, invocation, publish=True, output=None)
-        for waiter in sorted(tx.step(step).waiters.values(), key=waiter_order):
+        for waiter in sorted(tx.steps[step].waiters.values(), key=waiter_order):
             if inside(waiter.item.scope_path):
                 delete_waiters(tx, step, waiter.item.work_item_id, None)
         drain_queue(tx, step)
@@ -378,7 +378,7 @@ def fail_stuck_stream(tx: Tx) -> bool:
     waiting_paths = [
         waiter.item.scope_path
         for step in tx.base.steps
-        for waiter in tx.step(step).waiters.values()
+        for waiter in tx.steps[step].waiters.values()
         if waiter.resolved_event is None
     ]
     for key, release in sorted(tx.releases.items()):

@@ -100,7 +100,8 @@ class Tx:
         self.base = base
         self.now = now
         self.touched_streams: set[str] | None = None
-        # The input's step map, read-only until the first put_step copies it.
+        # The step states by name: the input's map (read-only) until the first put_step
+        # copies it.  Read it directly: ``tx.steps[name]``.
         self.steps: Mapping[str, StepRunState] = base.steps
         self._own_steps: dict[str, StepRunState] | None = None
         self.commands: list[Command] = []
@@ -119,9 +120,6 @@ class Tx:
         self.elapsed_alive = base.elapsed_alive
         self.last_alive_stamp = base.last_alive_stamp
         self.idle_check_pending = base.idle_check_pending
-
-    def step(self, name: str) -> StepRunState:
-        return self.steps[name]
 
     def put_step(self, name: str, value: StepRunState) -> None:
         own = self._own_steps
@@ -207,7 +205,7 @@ def start_invocation(
     ``current`` is the step's state when the caller already holds it.
     """
     if current is None:
-        current = tx.step(step)
+        current = tx.steps[step]
     slot, slots = current.slots.acquire()
     waiters = current.waiters
     item_waiters = current.waiters_by_item.get(item.work_item_id) if waiters else None
@@ -240,12 +238,12 @@ def start_invocation(
         ),
     )
     tx.running += 1
-    tx.emit(RunWorker(invocation))
+    tx.commands.append(RunWorker(invocation))
 
 
 def dispatch_or_queue(tx: Tx, step: str, item: WorkItem) -> None:
     """Run ``item`` in the smallest free slot, or queue it (publishing PREPARING)."""
-    current = tx.step(step)
+    current = tx.steps[step]
     if current.slots.busy < tx.base.config.steps[step].num_workers:
         start_invocation(tx, step, item, current)
         return
@@ -259,7 +257,7 @@ def drain_queue(tx: Tx, step: str) -> None:
     spec = tx.spec(step)
     now = tx.now
     while True:
-        current = tx.step(step)
+        current = tx.steps[step]
         if not current.queue:
             return
         if not _has_free_slot(spec, current):
@@ -276,7 +274,7 @@ def drain_queue(tx: Tx, step: str) -> None:
 
 def release_slot(tx: Tx, invocation: Invocation) -> None:
     step = invocation.step
-    current = tx.step(step)
+    current = tx.steps[step]
     tx.put_step(
         step,
         StepRunState(
@@ -321,7 +319,7 @@ def cancel_all_workers(tx: Tx, keep_records: bool) -> list[str]:
     """Cancel every running invocation; returns the sorted names of active steps."""
     active: set[str] = set()
     for step in tx.base.steps:
-        current = tx.step(step)
+        current = tx.steps[step]
         for inv_id in sorted(current.in_progress, key=invocation_order):
             tx.emit(CancelWorker(inv_id))
             active.add(step)

@@ -28,7 +28,7 @@ from tickwork.runtime.types.ticks import (
 def rerun_waiters_with_requirements(tx: Tx) -> None:
     """Requirements are not stored; re-run their steps so they register them again."""
     for step in sorted(tx.base.steps):
-        for waiter in sorted(tx.step(step).waiters.values(), key=waiter_order):
+        for waiter in sorted(tx.steps[step].waiters.values(), key=waiter_order):
             if (
                 waiter.has_requirements
                 and waiter.requirements is None
@@ -40,7 +40,7 @@ def rerun_waiters_with_requirements(tx: Tx) -> None:
 def arm_waiter_timeouts(tx: Tx) -> None:
     """Schedule a check for every waiter that has a timeout budget."""
     for step in tx.base.steps:
-        for waiter in sorted(tx.step(step).waiters.values(), key=waiter_order):
+        for waiter in sorted(tx.steps[step].waiters.values(), key=waiter_order):
             if waiter.timeout is not None and waiter.resolved_event is None:
                 remaining = waiter.timeout - (tx.elapsed_alive - waiter.registered_alive)
                 tx.emit(ScheduleWaiterTimeout(tx.now + max(0.0, remaining), step, waiter.waiter_id))
@@ -61,7 +61,7 @@ def resolve_waiters(tx: Tx, event: Any) -> AbstractSet[str]:
     # Sorted: the index iterates in hash order, and resolution order decides dispatch
     # order, which must not depend on the process (replay elsewhere must agree).
     for step, waiter_id in sorted(set(index.candidates(event))):
-        current = tx.step(step)
+        current = tx.steps[step]
         waiter = current.waiters.get(waiter_id)
         if waiter is None or not waiter.matches(event):
             continue
@@ -89,7 +89,7 @@ def register_waiter(tx: Tx, invocation: Invocation, outcome: Suspended) -> None:
     """Record a suspension: keep an existing budget, publish ``waiter_event`` once."""
     request = outcome.waiter
     step = invocation.step
-    current = tx.step(step)
+    current = tx.steps[step]
     existing = current.waiters.get(request.waiter_id)
     waiter = Waiter(
         waiter_id=request.waiter_id,
@@ -124,7 +124,7 @@ def register_waiter(tx: Tx, invocation: Invocation, outcome: Suspended) -> None:
 
 def delete_waiters(tx: Tx, step: str, item_id: str, only: tuple[str, ...] | None) -> None:
     """Forget the waiters of a work item (all of them, or the ``only`` ids)."""
-    current = tx.step(step)
+    current = tx.steps[step]
     ids = current.waiters_by_item.get(item_id)
     if not ids:
         return
@@ -144,14 +144,14 @@ def delete_waiters(tx: Tx, step: str, item_id: str, only: tuple[str, ...] | None
         if left
         else current.waiters_by_item.delete(item_id)
     )
-    tx.put_step(step, replace(tx.step(step), waiters=waiters, waiters_by_item=by_item))
+    tx.put_step(step, replace(tx.steps[step], waiters=waiters, waiters_by_item=by_item))
 
 
 def process_waiter_timeout(tx: Tx, tick: WaiterTimeout) -> None:
     """A waiter's budget may be spent: re-arm for what remains, or time it out."""
     if not tx.live:
         return
-    current = tx.step(tick.step)
+    current = tx.steps[tick.step]
     waiter = current.waiters.get(tick.waiter_id)
     if waiter is None or waiter.resolved_event is not None or waiter.timed_out:
         return

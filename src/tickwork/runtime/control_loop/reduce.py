@@ -191,7 +191,7 @@ def _process_session_start(tx: Tx, tick: SessionStart) -> None:
 def _rewind_in_flight(tx: Tx) -> None:
     """Put interrupted invocations back at the front of their queues, then dispatch."""
     for step in sorted(tx.base.steps):
-        current = tx.step(step)
+        current = tx.steps[step]
         if not current.in_progress:
             continue
         interrupted = sorted(
@@ -230,7 +230,7 @@ def _arm_next_delayed_retry(tx: Tx, step: str) -> None:
     """
     future = [
         it.not_before
-        for it in tx.step(step).queue
+        for it in tx.steps[step].queue
         if it.not_before is not None and it.not_before > tx.now
     ]
     if future:
@@ -246,7 +246,10 @@ def _process_add_event(tx: Tx, tick: AddEvent) -> None:
 
 def _process_step_result(tx: Tx, tick: StepResult) -> None:
     """An invocation finished.  Phases: find, stale check, outcome, finalize."""
-    invocation = _find_invocation(tx, tick)
+    # Find: the in-flight invocation; none for a discarded (cancelled) one.
+    if not tx.live:
+        return
+    invocation: Invocation | None = tx.steps[tick.step].in_progress.get(tick.invocation_id)
     if invocation is None:
         return
     outcome = tick.outcome
@@ -254,12 +257,12 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
     # again from the top and will make the same collect calls against the same view.
     if isinstance(outcome, Completed) and outcome.collect_ops:
         committed = commit_collect_ops(
-            tx.step(tick.step).collect_buffers, invocation.collect_view, outcome.collect_ops
+            tx.steps[tick.step].collect_buffers, invocation.collect_view, outcome.collect_ops
         )
         if committed is None:
             _rerun_stale_invocation(tx, invocation)
             return
-        tx.put_step(tick.step, replace(tx.step(tick.step), collect_buffers=committed))
+        tx.put_step(tick.step, replace(tx.steps[tick.step], collect_buffers=committed))
     if isinstance(outcome, Suspended):
         finish_invocation(tx, invocation, publish=True, output=None)
         if outcome.deleted_waiters:
@@ -271,16 +274,8 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
         _apply_failure(tx, invocation, outcome)
     else:
         _apply_completion(tx, invocation, outcome)
-    if tx.live and tx.step(tick.step).queue:
+    if tx.live and tx.steps[tick.step].queue:
         drain_queue(tx, tick.step)
-
-
-def _find_invocation(tx: Tx, tick: StepResult) -> Invocation | None:
-    """The in-flight invocation of ``tick``; ``None`` for a discarded (cancelled) one."""
-    if not tx.live:
-        return None
-    invocation: Invocation | None = tx.step(tick.step).in_progress.get(tick.invocation_id)
-    return invocation
 
 
 def _rerun_stale_invocation(tx: Tx, invocation: Invocation) -> None:
@@ -310,7 +305,7 @@ def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> Non
         _fan_out(tx, invocation, events)
         return
     opened = emit_events(tx, events, item.recovery_counts, item.scope_path)
-    if tx.live:
+    if tx.live and item.scope_path:
         settle_in_stream(tx, item.scope_path, "completed", deliveries=opened)
 
 
@@ -396,7 +391,7 @@ def _queue_retry(tx: Tx, invocation: Invocation, outcome: Failed) -> None:
         last_failed_at=outcome.failed_at,
         not_before=(outcome.failed_at + delay) if delay > 0 else None,
     )
-    current = tx.step(invocation.step)
+    current = tx.steps[invocation.step]
     tx.put_step(invocation.step, replace(current, queue=current.queue.appendleft(item)))
     tx.queued += 1
     if delay > 0:
@@ -412,7 +407,7 @@ def _process_timeout(tx: Tx, tick: Timeout) -> None:
     if remaining > 1e-6:
         tx.emit(ScheduleTimeout(tx.now + remaining))
         return
-    active = sorted(s for s in tx.base.steps if tx.step(s).in_progress)
+    active = sorted(s for s in tx.base.steps if tx.steps[s].in_progress)
     end_run(tx, "timed_out")
     where = f"active steps: {', '.join(active)}" if active else "no step was active"
     tx.emit(

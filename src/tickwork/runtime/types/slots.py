@@ -62,13 +62,16 @@ class SlotPool:
         if self._free is not None:
             _, slot, left, right = self._free
             return slot, SlotPool(self.busy + 1, self._high, _merge(left, right))
-        return self._high, SlotPool(self.busy + 1, self._high + 1, None)
+        high = self._high
+        if high + 1 < _DENSE_LIMIT:
+            return high, _DENSE[high + 1]
+        return high, SlotPool(self.busy + 1, high + 1, None)
 
     def release(self, slot: int) -> SlotPool:
         """The pool with ``slot`` free again."""
         if self._free is None and slot == self._high - 1:
             # The highest slot with no gap below: lowering the mark is the same pool.
-            return SlotPool(self.busy - 1, slot, None)
+            return _DENSE[slot] if slot < _DENSE_LIMIT else SlotPool(self.busy - 1, slot, None)
         return SlotPool(self.busy - 1, self._high, _merge(self._free, (1, slot, None, None)))
 
     def __eq__(self, other: object) -> bool:
@@ -95,3 +98,9 @@ class SlotPool:
 
     def __repr__(self) -> str:
         return f"SlotPool(busy={self.busy}, high={self._high}, free={self._free_list()})"
+
+
+# Pools whose slots 0..n-1 are all taken (no gaps), shared: the common case of a step
+# taking and freeing its highest slot allocates nothing.
+_DENSE_LIMIT = 16
+_DENSE = [SlotPool(n, n, None) for n in range(_DENSE_LIMIT)]
