@@ -23,13 +23,15 @@ __all__ = [
     "load_event_type",
     "load_exception",
     "qualified_name",
+    "RESOLVER",
     "resolve_by_import",
     "using_resolver",
 ]
 
 ClassResolver = Callable[[str], type]
 
-_resolver: ContextVar[ClassResolver | None] = ContextVar("tickwork_class_resolver", default=None)
+RESOLVER: ContextVar[ClassResolver | None] = ContextVar("tickwork_class_resolver", default=None)
+"""The class resolver of the active serializer (see :class:`using_resolver`)."""
 
 
 def qualified_name(cls: type) -> str:
@@ -85,7 +87,7 @@ def resolve_by_import(name: str) -> type:
 
 def active_resolver() -> ClassResolver:
     """The class resolver of the active serializer, or import-based resolution."""
-    return _resolver.get() or resolve_by_import
+    return RESOLVER.get() or resolve_by_import
 
 
 class using_resolver:
@@ -102,11 +104,11 @@ class using_resolver:
         self._token: Token[ClassResolver | None] | None = None
 
     def __enter__(self) -> None:
-        self._token = _resolver.set(self._resolver)
+        self._token = RESOLVER.set(self._resolver)
 
     def __exit__(self, *exc_info: object) -> None:
         if self._token is not None:
-            _resolver.reset(self._token)
+            RESOLVER.reset(self._token)
             self._token = None
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tickwork._serde_fields import qualified_name, resolve_by_import, using_resolver
+from tickwork._serde_fields import RESOLVER, qualified_name, resolve_by_import, using_resolver
 from tickwork.events import DictLikeModel, StopEvent
 
 __all__ = [
@@ -138,6 +138,18 @@ def _validate(cls: type[BaseModel], value: Any) -> BaseModel:
     return validated
 
 
+def _import_class(name: str) -> type:
+    """The class ``name`` found by import; ``ValueError`` naming it when it cannot be."""
+    try:
+        return resolve_by_import(name)
+    except ImportError as err:
+        raise ValueError(
+            f"cannot resolve class {name!r} by import; classes defined inside a "
+            "function cannot be imported: pass them to "
+            "JsonSerializer(allowed_types=[...])"
+        ) from err
+
+
 class BaseSerializer(ABC):
     """Turns values into strings and back; the interface every serializer implements."""
 
@@ -168,14 +180,7 @@ class BaseSerializer(ABC):
         Raises ``ValueError`` naming ``name`` when it cannot be imported (classes defined
         inside functions never can).
         """
-        try:
-            return resolve_by_import(name)
-        except ImportError as err:
-            raise ValueError(
-                f"cannot resolve class {name!r} by import; classes defined inside a "
-                "function cannot be imported: pass them to "
-                "JsonSerializer(allowed_types=[...])"
-            ) from err
+        return _import_class(name)
 
     def validation_context(self) -> AbstractContextManager[None]:
         """A block in which nested envelope fields resolve classes through this serializer.
@@ -239,7 +244,7 @@ class JsonSerializer(BaseSerializer):
         Raises ``ValueError`` naming the class when it is not allowed or cannot be found.
         """
         if self._allowed_types is None or name in self._allowed_names:
-            return super().resolve_class(name)
+            return _import_class(name)
         cls = self._allowed_classes.get(name) or _framework_types_by_qualified_name().get(name)
         if cls is None:
             raise ValueError(
@@ -294,8 +299,15 @@ class JsonSerializer(BaseSerializer):
             raise ValueError(
                 f"expected serializer text or a model envelope, got {type(data).__name__}"
             )
-        with self.validation_context():
+        if type(self).validation_context is not JsonSerializer.validation_context:
+            with self.validation_context():
+                return self._decode_model(data)
+        # validation_context() without building a context manager: one per event.
+        token = RESOLVER.set(self.resolve_class)
+        try:
             return self._decode_model(data)
+        finally:
+            RESOLVER.reset(token)
 
     def _encode(self, value: Any) -> Any:
         """``value`` as JSON-ready data; leaves are left for ``json.dumps`` to check."""
