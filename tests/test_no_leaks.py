@@ -277,3 +277,47 @@ async def test_many_runs_do_not_accumulate_handlers_or_contexts() -> None:
     del wf
     _collect()
     assert ref() is None
+
+
+class _Relay(Workflow):
+    """Hands one event along three steps; the events it exchanges are only routed."""
+
+    @step
+    async def first(self, ev: StartEvent) -> Middle:
+        return Middle(value=1)
+
+    @step
+    async def second(self, ev: Middle) -> Done:
+        _exchanged.append(weakref.ref(ev))
+        return Done(n=ev.value + 1)
+
+    @step
+    async def third(self, ev: Done) -> StopEvent:
+        _exchanged.append(weakref.ref(ev))
+        return StopEvent(result=ev.n)
+
+
+_exchanged: list[weakref.ref[Event]] = []
+
+
+async def test_an_unread_stream_keeps_step_states_but_not_the_exchanged_events() -> None:
+    _exchanged.clear()
+    handler = _Relay(timeout=10).run()
+    assert await handler == 2
+    gc.collect()
+    # The handler (and its unread stream) is alive, yet the routed events are gone...
+    assert [ref() for ref in _exchanged] == [None, None]
+    # ...while every step state change is still there for a late reader.
+    states = [
+        (ev.name, ev.step_state.name)
+        async for ev in handler.stream_events(expose_internal=True)
+        if type(ev).__name__ == "StepStateChanged"
+    ]
+    assert states == [
+        ("first", "RUNNING"),
+        ("first", "NOT_RUNNING"),
+        ("second", "RUNNING"),
+        ("second", "NOT_RUNNING"),
+        ("third", "RUNNING"),
+        ("third", "NOT_RUNNING"),
+    ]

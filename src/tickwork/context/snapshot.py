@@ -9,7 +9,8 @@ dicts, times epoch seconds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from tickwork._serde_fields import dump_exception, load_exception, qualified_name
@@ -45,24 +46,89 @@ SNAPSHOT_VERSION = 2
 # --------------------------------------------------------------------------- encoding
 
 
+@dataclass(slots=True)
+class _Seq:
+    """The encoding of a persistent sequence and the cons cells it was made from.
+
+    ``encoded`` is private to the cache and never changed once built (the next version
+    of the sequence gets a new list), so the next version is always derived from what
+    this one really held.  Snapshots get ``public``, one copy shared by the snapshots
+    taken while the sequence is unchanged.
+    """
+
+    front: Any
+    back: Any
+    encoded: list[Any]
+    public: list[Any] | None = None
+
+    def shared(self) -> list[Any]:
+        """The copy of the encoding that snapshots hold."""
+        public = self.public
+        if public is None:
+            public = self.public = self.encoded[:]
+        return public
+
+
+@dataclass(slots=True)
+class _Entry:
+    """A private template of one state record, reused while the record is the same object.
+
+    ``weight`` is the number of cached values the template refers to (it keeps the
+    cache bound honest when the whole record is reused); ``parts`` holds the templates
+    of its containers, reused one by one when the record changed but a container did
+    not.
+    """
+
+    source: Any
+    template: Any
+    weight: int = 0
+    parts: dict[str, Any] = field(default_factory=dict)
+
+
+_NO_PARTS: dict[str, Any] = {}
+
+
 class SnapshotCache:
     """Encodings from earlier snapshots of the same run, reused while unchanged.
 
     Run states are values that share their unchanged parts, so a snapshot taken after
-    each step differs from the previous one in a few items only.  The cache keys
-    encodings by object identity (work items, events) and by persistent-container cells
-    (queues, buffers), so a new snapshot encodes only what changed and copies the rest
-    at C speed.  Without it, snapshotting at every NOT_RUNNING of an n-item fan-out
-    re-serializes the whole queue n times.  Entries unused by the latest snapshot are
-    dropped, so the cache stays O(state).  Encoded dicts are shared between snapshots:
-    treat a snapshot as read-only (``copy.deepcopy`` it before changing it).
+    each step differs from the previous one in a few records only.  The cache keys its
+    work by object identity at every level: events, work items and invocations
+    (``values``), the template of each step's worker entry (``workers``), the stream and
+    release tables and their records (``tables``), and persistent-container cells
+    (queues and buffers, see :meth:`_Encoder.sequence`).  A new snapshot therefore
+    encodes only what changed and builds its own dicts; everything else is reused.
+    Without it, snapshotting at every NOT_RUNNING of an n-item fan-out re-serializes the
+    whole queue n times.
+
+    What snapshots share: every snapshot gets its own dicts (and waiter entries), while
+    the encodings of queued items and running invocations, and the lists of queues,
+    running invocations and buffers that did not change, are shared between snapshots
+    (treat a snapshot as read-only, or ``copy.deepcopy`` it before changing it).  New
+    versions of a queue or buffer are derived from private copies, so an edited list
+    never leaks into later versions of it.
+
+    Templates are replaced by the ones the latest snapshot used; ``values`` is pruned
+    by a full re-walk of the state whenever it outgrows what the latest snapshot refers
+    to by a constant factor, so the cache stays O(state) at an amortized O(1) cost per
+    change.  ``frame`` (the latest snapshot's templates) makes a snapshot of an
+    unchanged state cost only its new dicts.
     """
 
     def __init__(self) -> None:
-        self.items: dict[int, tuple[Any, dict[str, Any]]] = {}
-        self.events: dict[int, tuple[Any, str]] = {}
-        self.sequences: dict[str, tuple[Any, Any, list[Any]]] = {}
         self.serializer: BaseSerializer | None = None
+        self.values: dict[int, tuple[Any, Any]] = {}
+        self.workers: dict[str, _Entry] = {}
+        self.tables: dict[str, _Entry] = {}
+        self.frame: _Frame | None = None
+
+    def reset(self, serializer: BaseSerializer) -> None:
+        """Forget every encoding (they were made by another serializer)."""
+        self.serializer = serializer
+        self.values = {}
+        self.workers = {}
+        self.tables = {}
+        self.frame = None
 
 
 def _advance(cell: Any, target: Any, limit: int) -> int | None:
@@ -89,125 +155,107 @@ def _new_cells(cell: Any, old: Any, limit: int) -> list[Any] | None:
     return heads
 
 
+def _sort_key(pair: tuple[Any, Any]) -> Any:
+    """The first element of a ``(sort key, encoding)`` pair."""
+    return pair[0]
+
+
+def _fresh_worker(template: dict[str, Any]) -> dict[str, Any]:
+    """A worker entry built from a template: new dicts, shared sequence lists."""
+    return {
+        **template,
+        "collected_events": template["collected_events"].copy(),
+        "collect_generations": template["collect_generations"].copy(),
+        "collected_waiters": [],
+    }
+
+
+def _fresh_stream(template: dict[str, Any]) -> dict[str, Any]:
+    """A stream entry built from a template (new lists)."""
+    return {
+        **template,
+        "scope_path": template["scope_path"][:],
+        "accepting_binding_ids": template["accepting_binding_ids"][:],
+    }
+
+
+def _fresh_release(template: dict[str, Any]) -> dict[str, Any]:
+    """A join-buffer entry built from a template (a new dict, the shared buffer list)."""
+    return {**template}
+
+
 class _Encoder:
-    def __init__(self, serializer: BaseSerializer, cache: SnapshotCache | None = None) -> None:
-        self.ser = serializer
+    """One pass over a run state, reading and updating a :class:`SnapshotCache`."""
+
+    def __init__(self, serializer: BaseSerializer, cache: SnapshotCache) -> None:
+        self.serialize = serializer.serialize
         self.cache = cache
-        self.used_items: dict[int, tuple[Any, dict[str, Any]]] = {}
-        self.used_events: dict[int, tuple[Any, str]] = {}
-        self.used_sequences: dict[str, tuple[Any, Any, list[Any]]] = {}
-        if cache is not None and cache.serializer is not serializer:
-            cache.items, cache.events, cache.sequences = {}, {}, {}
-            cache.serializer = serializer
+        self.values = cache.values
+        self.old_workers = cache.workers
+        self.old_tables = cache.tables
+        self.workers: dict[str, _Entry] = {}
+        self.tables: dict[str, _Entry] = {}
+        self.touched = 0
 
-    def cached_item(self, item: WorkItem) -> dict[str, Any]:
-        """The encoding of a queued item, reused while the item object is unchanged."""
-        return self._cached(item, self.item)
+    def finish(self) -> bool:
+        """Store what this pass used in the cache; whether ``values`` needs pruning."""
+        cache = self.cache
+        cache.values = self.values
+        cache.workers = self.workers
+        cache.tables = self.tables
+        return len(self.values) > 3 * self.touched + 1024
 
-    def cached_invocation(self, invocation: Invocation) -> dict[str, Any]:
-        """The encoding of a running invocation, reused while it is unchanged."""
-        return self._cached(invocation, self.invocation)
+    # -- values ------------------------------------------------------------------------
 
-    def _cached(self, value: Any, encode: Any) -> dict[str, Any]:
-        if self.cache is None:
-            encoded: dict[str, Any] = encode(value)
-            return encoded
+    def _memo(self, value: Any, encode: Callable[[Any], Any]) -> Any:
+        """``encode(value)``, reused while ``value`` is the same object."""
+        self.touched += 1
         key = id(value)
-        hit = self.cache.items.get(key)
+        hit = self.values.get(key)
         if hit is None or hit[0] is not value:
-            hit = (value, encode(value))
-        self.used_items[key] = hit
+            hit = self.values[key] = (value, encode(value))
         return hit[1]
 
     def event(self, event: Any) -> str | None:
+        """The serializer text of ``event`` (``None`` stays ``None``)."""
         if event is None:
             return None
-        if self.cache is None:
-            return self.ser.serialize(event)
-        key = id(event)
-        hit = self.cache.events.get(key)
-        if hit is None or hit[0] is not event:
-            hit = (event, self.ser.serialize(event))
-        self.used_events[key] = hit
-        return hit[1]
+        text: str = self._memo(event, self.serialize)
+        return text
 
-    def events(self, events: Any) -> list[str]:
+    def events(self, events: Iterable[Any]) -> list[str | None]:
+        """The serializer texts of ``events``, in order."""
         event = self.event
-        return [event(ev) for ev in events]  # type: ignore[misc]
+        return [event(ev) for ev in events]
 
-    def _sequence(
-        self,
-        key: str,
-        front: Any,
-        back: Any,
-        length: int,
-        encode_one: Any,
-        everything: Any,
-    ) -> list[Any]:
-        """Encode a persistent sequence (front cells in order, then back cells reversed),
-        deriving it from the previous snapshot's encoding when the cells are shared:
-        pops advance the front, appends prepend back cells."""
-        encoded: list[Any] | None = None
-        previous = self.cache.sequences.get(key) if self.cache is not None else None
-        if previous is not None:
-            old_front, old_back, old_encoded = previous
-            dropped = _advance(old_front, front, len(old_encoded))
-            added = _new_cells(back, old_back, length)
-            if dropped is not None and added is not None:
-                encoded = old_encoded[dropped:]
-                encoded.extend(encode_one(x) for x in reversed(added))
-        if encoded is None:
-            encoded = [encode_one(x) for x in everything()]
-        self.used_sequences[key] = (front, back, encoded)
-        return list(encoded)
-
-    def queue(self, step: str, queue: PQueue[WorkItem]) -> list[dict[str, Any]]:
-        front, back = queue.cells()
-        return self._sequence(
-            f"queue:{step}", front, back, len(queue), self.cached_item, queue.to_list
-        )
-
-    def buffer(self, key: str, buffer: PList[Any]) -> list[str]:
-        return self._sequence(
-            f"buffer:{key}", None, buffer.cell(), len(buffer), self.event, buffer.to_list
-        )
-
-    def finish(self, state_size: int) -> None:
-        """Keep the encodings still useful; the cache stays O(state)."""
-        if self.cache is None:
-            return
-        # Items reused through a shared queue slice were not looked up this time but are
-        # still in the state: keep every entry until the cache outgrows the state.
-        items = self.cache.items
-        items.update(self.used_items)
-        if len(items) > 2 * state_size + 256:
-            items = self.used_items
-        self.cache.items = items
-        self.cache.events = self.used_events
-        self.cache.sequences = self.used_sequences
+    def cached_item(self, item: WorkItem) -> dict[str, Any]:
+        """The encoding of a queued item, shared while the item object is unchanged."""
+        encoded: dict[str, Any] = self._memo(item, self.item)
+        return encoded
 
     def item(self, item: WorkItem) -> dict[str, Any]:
+        """The encoding of a work item (queued, running or parked)."""
+        event, bound, error = item.event, item.bound_events, item.last_exception
         return {
-            "event": self.event(item.event),
-            "bound_events": (
-                {k: self.event(v) for k, v in item.bound_events.items()}
-                if item.bound_events is not None
-                else None
-            ),
+            "event": None if event is None else self._memo(event, self.serialize),
+            "bound_events": None if bound is None else {k: self.event(v) for k, v in bound.items()},
             "attempts": item.attempts,
             "first_attempt_at": item.first_attempt_at,
-            "last_exception": (
-                dump_exception(item.last_exception) if item.last_exception is not None else None
-            ),
+            "last_exception": None if error is None else dump_exception(error),
             "last_failed_at": item.last_failed_at,
-            "recovery_counts": dict(item.recovery_counts),
+            "recovery_counts": dict(item.recovery_counts) if item.recovery_counts else {},
             "not_before": item.not_before,
             "scope_path": list(item.scope_path),
-            "collection_release_payload": self.release_payload(item),
+            "collection_release_payload": (
+                self.release_payload(item)
+                if type(event).__name__ == "CollectionReleaseEvent"
+                else None
+            ),
             "work_item_id": item.work_item_id,
         }
 
     def release_payload(self, item: WorkItem) -> dict[str, Any] | None:
+        """The batch a join item carries, or ``None`` for other items."""
         event = item.event
         if type(event).__name__ != "CollectionReleaseEvent":
             return None
@@ -218,19 +266,28 @@ class _Encoder:
             "output_scope_path": list(item.scope_path),
         }
 
-    def invocation(self, inv: Invocation) -> dict[str, Any]:
-        return {
-            **self.cached_item(inv.item),
+    def keyed_invocation(self, inv: Invocation) -> tuple[int, dict[str, Any]]:
+        """The sort key of a running invocation (its sequence number) and its encoding.
+
+        The encoding is shared between snapshots while the invocation is unchanged.
+        """
+        view = inv.collect_view
+        encoded = {
+            **self._memo(inv.item, self.item),
             "worker_id": inv.worker_id,
             "invocation_id": inv.invocation_id,
-            "received": list(inv.received),
-            "collected_events": {
-                bid: self.events(buf.events) for bid, buf in inv.collect_view.items()
-            },
-            "collect_generations": {bid: buf.generation for bid, buf in inv.collect_view.items()},
+            "received": list(inv.received) if len(inv.received) else [],
+            "collected_events": {bid: self.events(buf.events) for bid, buf in view.items()}
+            if view
+            else {},
+            "collect_generations": {bid: buf.generation for bid, buf in view.items()}
+            if view
+            else {},
         }
+        return _seq(inv.invocation_id), encoded
 
     def waiter(self, waiter: Waiter, elapsed_alive: float) -> dict[str, Any]:
+        """The encoding of a parked ``wait_for_event`` call (new in every snapshot)."""
         item = waiter.item
         return {
             "waiter_id": waiter.waiter_id,
@@ -254,38 +311,276 @@ class _Encoder:
             "work_item": self.item(item),
         }
 
-    def worker(self, name: str, step: StepRunState, elapsed_alive: float) -> dict[str, Any]:
-        if not (
-            step.queue
-            or step.in_progress
-            or step.collect_buffers
-            or step.join_buffer
-            or step.waiters
-        ):
-            return empty_worker()
-        in_progress = (
-            sorted(step.in_progress.values(), key=lambda inv: _seq(inv.invocation_id))
-            if step.in_progress
-            else []
-        )
+    # -- sequences ---------------------------------------------------------------------
+
+    def sequence(
+        self,
+        front: Any,
+        back: Any,
+        length: int,
+        encode_one: Callable[[Any], Any],
+        everything: Callable[[], Iterable[Any]],
+        previous: _Seq | None,
+    ) -> _Seq:
+        """Encode a persistent sequence (front cells in order, then back cells reversed).
+
+        When the cells are shared with ``previous`` the encoding is derived from it:
+        pops advance the front, appends prepend back cells, so only the new elements
+        are encoded.  An unchanged sequence reuses ``previous`` as is.
+        """
+        if previous is not None:
+            encoded = previous.encoded
+            dropped = _advance(previous.front, front, len(encoded))
+            added = _new_cells(back, previous.back, length) if dropped is not None else None
+            if dropped is not None and added is not None:
+                self.touched += length
+                if not (dropped or added):
+                    return previous
+                encoded = encoded[dropped:]
+                encoded.extend([encode_one(x) for x in reversed(added)])
+                return _Seq(front, back, encoded)
+        return _Seq(front, back, [encode_one(x) for x in everything()])
+
+    def queue(self, queue: PQueue[WorkItem], previous: _Seq | None) -> _Seq:
+        """The encoded items of a step queue, in order."""
+        front, back = queue.cells()
+        return self.sequence(front, back, len(queue), self.cached_item, queue.to_list, previous)
+
+    def buffer(self, buffer: PList[Any], previous: _Seq | None) -> _Seq:
+        """The serializer texts of an append-only buffer, oldest first."""
+        return self.sequence(None, buffer.cell(), len(buffer), self.event, buffer.to_list, previous)
+
+    # -- records -----------------------------------------------------------------------
+
+    def worker_entry(self, name: str, step: StepRunState) -> _Entry:
+        """The template of a step's worker entry, reused while the step state is the same."""
+        previous = self.old_workers.get(name)
+        if previous is not None and previous.source is step:
+            self.touched += previous.weight
+        else:
+            before = self.touched
+            parts: dict[str, Any] = {}
+            template = self.worker_template(step, previous, parts)
+            previous = _Entry(step, template, self.touched - before, parts)
+        self.workers[name] = previous
+        return previous
+
+    def worker_template(
+        self, step: StepRunState, previous: _Entry | None, parts: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Encode a changed step (``None``: no queue, invocations or buffers), reusing the
+        containers that did not change."""
+        if not (step.queue or step.in_progress or step.collect_buffers or step.join_buffer):
+            return None
+        old = previous.parts if previous is not None else _NO_PARTS
+        queue: list[Any] = []
+        if step.queue:
+            parts["queue"] = seq = self.queue(step.queue, old.get("queue"))
+            queue = seq.shared()
+        collected_events, collect_generations = self.collect_buffers(step, old, parts)
+        static: list[Any] = []
+        if step.join_buffer:
+            parts["join"] = seq = self.buffer(step.join_buffer, old.get("join"))
+            static = seq.shared()
         return {
-            "queue": self.queue(name, step.queue) if step.queue else [],
-            "in_progress": [self.cached_invocation(inv) for inv in in_progress],
-            "collected_events": {
-                bid: self.buffer(f"{name}/{bid}", buf.events)
-                for bid, buf in step.collect_buffers.items()
-            },
-            "collect_generations": {
-                bid: buf.generation for bid, buf in step.collect_buffers.items()
-            },
-            "static_collect_events": self.events(step.join_buffer) if step.join_buffer else [],
-            "collected_waiters": [
-                self.waiter(w, elapsed_alive)
-                for w in sorted(step.waiters.values(), key=lambda w: w.waiter_id)
-            ]
-            if step.waiters
-            else [],
+            "queue": queue,
+            "in_progress": self.in_progress(step.in_progress, old, parts),
+            "collected_events": collected_events,
+            "collect_generations": collect_generations,
+            "static_collect_events": static,
         }
+
+    def in_progress(
+        self, invocations: PMap[str, Invocation], old: dict[str, Any], parts: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The running invocations of a step, in invocation order."""
+        if not invocations:
+            return []
+        previous: _Entry | None = old.get("in_progress")
+        if previous is not None and previous.source is invocations:
+            parts["in_progress"] = previous
+            self.touched += previous.weight
+            reused: list[dict[str, Any]] = previous.template
+            return reused
+        memo, keyed = self._memo, self.keyed_invocation
+        pairs = [memo(inv, keyed) for inv in invocations.values()]
+        pairs.sort(key=_sort_key)
+        encoded = [pair[1] for pair in pairs]
+        parts["in_progress"] = _Entry(invocations, encoded, len(encoded))
+        return encoded
+
+    def collect_buffers(
+        self, step: StepRunState, old: dict[str, Any], parts: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, int]]:
+        """The ``collect_events`` buffers of a step and their generations."""
+        buffers = step.collect_buffers
+        if not buffers:
+            return {}, {}
+        previous: _Entry | None = old.get("collect")
+        if previous is not None and previous.source is buffers:
+            parts["collect"] = previous
+            self.touched += previous.weight
+            reused: tuple[dict[str, Any], dict[str, int]] = previous.template
+            return reused
+        before = self.touched
+        old_seqs: dict[str, _Seq] = previous.parts if previous is not None else {}
+        seqs = {bid: self.buffer(buf.events, old_seqs.get(bid)) for bid, buf in buffers.items()}
+        encoded = (
+            {bid: seq.shared() for bid, seq in seqs.items()},
+            {bid: buf.generation for bid, buf in buffers.items()},
+        )
+        parts["collect"] = _Entry(buffers, encoded, self.touched - before, parts=dict(seqs))
+        return encoded
+
+    def stream_table(self, streams: PMap[str, StreamState]) -> dict[str, Any]:
+        """The open fan-out streams by id (the template is reused while the map is the
+        same, and each stream's while the stream record is)."""
+        previous = self.old_tables.get("streams")
+        if previous is None or previous.source is not streams:
+            old = previous.parts if previous is not None else _NO_PARTS
+            records: dict[str, Any] = {}
+            table = {sid: self.stream(sid, st, old, records) for sid, st in sorted(streams.items())}
+            previous = _Entry(streams, table, parts=records)
+        self.tables["streams"] = previous
+        template: dict[str, Any] = previous.template
+        return template
+
+    def stream(
+        self, sid: str, st: StreamState, old: dict[str, Any], records: dict[str, Any]
+    ) -> Any:
+        """The template of one open fan-out stream."""
+        previous: _Entry | None = old.get(sid)
+        if previous is None or previous.source is not st:
+            previous = _Entry(
+                st,
+                {
+                    "stream_id": st.stream_id,
+                    "source_step": st.source_step,
+                    "scope_path": list(st.scope_path),
+                    "open_work_items": st.open_work_items,
+                    "accepting_binding_ids": sorted(st.accepting_binding_ids),
+                },
+            )
+        records[sid] = previous
+        return previous.template
+
+    def release_table(self, releases: PMap[str, ReleaseState]) -> dict[str, Any]:
+        """The join buffers by key (the template is reused while the map is the same, and
+        each buffer's encoding is derived from the previous one's)."""
+        previous = self.old_tables.get("releases")
+        if previous is not None and previous.source is releases:
+            self.touched += previous.weight
+        else:
+            before = self.touched
+            old = previous.parts if previous is not None else _NO_PARTS
+            records: dict[str, Any] = {}
+            table = {
+                key: self.release(key, rs, old, records) for key, rs in sorted(releases.items())
+            }
+            previous = _Entry(releases, table, self.touched - before, parts=records)
+        self.tables["releases"] = previous
+        template: dict[str, Any] = previous.template
+        return template
+
+    def release(
+        self, key: str, rs: ReleaseState, old: dict[str, Any], records: dict[str, Any]
+    ) -> Any:
+        """The template of one join buffer."""
+        previous: _Entry | None = old.get(key)
+        if previous is None or previous.source is not rs:
+            seq = self.buffer(rs.buffer, previous.parts["buffer"] if previous else None)
+            template = {
+                "binding_id": rs.binding_id,
+                "stream_id": rs.stream_id,
+                "buffer": seq.shared(),
+                "released": rs.released,
+            }
+            previous = _Entry(rs, template, len(seq.encoded), parts={"buffer": seq})
+        else:
+            self.touched += previous.weight
+        records[key] = previous
+        return previous.template
+
+    def frame(self, state: RunState) -> _Frame:
+        """The templates of the snapshot of ``state``."""
+        entry = self.worker_entry
+        return _Frame(
+            state,
+            {name: entry(name, step).template for name, step in state.steps.items()},
+            self.stream_table(state.streams),
+            self.release_table(state.releases),
+            any(step.waiters for step in state.steps.values()),
+        )
+
+    def snapshot(self, frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any]:
+        """The snapshot of ``frame``, with the waiters (encoded anew: their time moves)."""
+        snapshot = _assemble(frame, state_section)
+        if frame.has_waiters:
+            state = frame.state
+            workers = snapshot["workers"]
+            for name, step in state.steps.items():
+                if step.waiters:
+                    workers[name]["collected_waiters"] = [
+                        self.waiter(w, state.elapsed_alive)
+                        for w in sorted(step.waiters.values(), key=lambda w: w.waiter_id)
+                    ]
+        return snapshot
+
+
+class _Pruner(_Encoder):
+    """A pass that reuses cached values but no templates, so it visits every value of
+    the state; the values it did not visit are dropped from the cache."""
+
+    def __init__(self, serializer: BaseSerializer, cache: SnapshotCache) -> None:
+        super().__init__(serializer, cache)
+        self.old_values = cache.values
+        self.values = {}
+        self.old_workers = {}
+        self.old_tables = {}
+
+    def _memo(self, value: Any, encode: Callable[[Any], Any]) -> Any:
+        """Like :meth:`_Encoder._memo`, keeping the entry for the next snapshot."""
+        self.touched += 1
+        key = id(value)
+        hit = self.old_values.get(key)
+        if hit is None or hit[0] is not value:
+            hit = (value, encode(value))
+        self.values[key] = hit
+        return hit[1]
+
+
+@dataclass(slots=True)
+class _Frame:
+    """The private templates of one snapshot (``None``: a step with nothing pending)."""
+
+    state: RunState
+    workers: dict[str, dict[str, Any] | None]
+    streams: dict[str, dict[str, Any]]
+    releases: dict[str, dict[str, Any]]
+    has_waiters: bool
+
+
+def _assemble(frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any]:
+    """A snapshot built from templates: new dicts, shared lists and item encodings."""
+    state = frame.state
+    return {
+        "version": SNAPSHOT_VERSION,
+        "state": state_section,
+        "is_running": state.status in ("running", "cancelled"),
+        "workers": {
+            name: empty_worker() if template is None else _fresh_worker(template)
+            for name, template in frame.workers.items()
+        },
+        "stream_seq": state.stream_seq,
+        "work_item_seq": state.work_item_seq,
+        "invocation_seq": state.invocation_seq,
+        "deliveries": [],
+        "streams": {sid: _fresh_stream(t) for sid, t in frame.streams.items()},
+        "collection_release_states": {k: _fresh_release(t) for k, t in frame.releases.items()},
+        "elapsed_alive": state.elapsed_alive,
+        "last_alive_stamp": state.last_alive_stamp,
+        "journal_seq": state.journal_seq,
+    }
 
 
 def _seq(identifier: str) -> int:
@@ -315,45 +610,27 @@ def encode_snapshot(
 ) -> dict[str, Any]:
     """The version-2 snapshot of ``state`` (O(size of the current state)).
 
-    With a :class:`SnapshotCache`, items encoded by an earlier snapshot are reused.
+    With a :class:`SnapshotCache`, whatever an earlier snapshot of the same run encoded
+    and is still unchanged is reused (see the cache for what is shared).
     """
-    enc = _Encoder(serializer, cache)
-    resumable = state.status in ("running", "cancelled")
-    snapshot: dict[str, Any] = {
-        "version": SNAPSHOT_VERSION,
-        "state": state_section,
-        "is_running": resumable,
-        "workers": {
-            name: enc.worker(name, step, state.elapsed_alive) for name, step in state.steps.items()
-        },
-        "stream_seq": state.stream_seq,
-        "work_item_seq": state.work_item_seq,
-        "invocation_seq": state.invocation_seq,
-        "deliveries": [],
-        "streams": {
-            sid: {
-                "stream_id": st.stream_id,
-                "source_step": st.source_step,
-                "scope_path": list(st.scope_path),
-                "open_work_items": st.open_work_items,
-                "accepting_binding_ids": sorted(st.accepting_binding_ids),
-            }
-            for sid, st in sorted(state.streams.items())
-        },
-        "collection_release_states": {
-            key: {
-                "binding_id": rs.binding_id,
-                "stream_id": rs.stream_id,
-                "buffer": enc.buffer(key, rs.buffer),
-                "released": rs.released,
-            }
-            for key, rs in sorted(state.releases.items())
-        },
-        "elapsed_alive": state.elapsed_alive,
-        "last_alive_stamp": state.last_alive_stamp,
-        "journal_seq": state.journal_seq,
-    }
-    enc.finish(state.queued + state.running)
+    if cache is None:
+        cache = SnapshotCache()
+    if cache.serializer is not serializer:
+        cache.reset(serializer)
+    frame = cache.frame
+    if frame is not None and frame.state is state and not frame.has_waiters:
+        # The same state record as last time: only the dicts are new.
+        return _assemble(frame, state_section)
+    encoder = _Encoder(serializer, cache)
+    frame = encoder.frame(state)
+    snapshot = encoder.snapshot(frame, state_section)
+    if encoder.finish():
+        # The cache outgrew the state: one more pass keeps only what it refers to.
+        pruner = _Pruner(serializer, cache)
+        frame = pruner.frame(state)
+        pruner.snapshot(frame, state_section)  # registers the waiters' values
+        pruner.finish()
+    cache.frame = frame
     return snapshot
 
 
