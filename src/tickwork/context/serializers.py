@@ -327,7 +327,8 @@ class JsonSerializer(BaseSerializer):
 
     def _model_envelope(self, model: BaseModel) -> dict[str, Any]:
         try:
-            dumped = model.model_dump(mode="json")
+            # model_dump(mode="json") without its Python-level argument handling.
+            dumped = type(model).__pydantic_serializer__.to_python(model, mode="json")
         except ValueError as err:
             raise ValueError(
                 f"cannot JSON-serialize {type(model).__name__} {model!r}: {err}"

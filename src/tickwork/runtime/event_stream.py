@@ -57,6 +57,11 @@ def step_state_record(command: RunWorker | PublishStepState) -> StepStateRecord:
     return (_RECORD, command.state, command.step, command.worker_id, input_name, None)
 
 
+_new_step_state_changed = object.__new__
+_set = object.__setattr__
+_STEP_STATE_FIELDS = frozenset(StepStateChanged.model_fields)
+
+
 def _is_record(item: Any) -> bool:
     return type(item) is tuple and len(item) == 6 and item[0] is _RECORD
 
@@ -68,13 +73,24 @@ def materialize(item: Any) -> Any:
     elif not _is_record(item):
         return item
     _, state, step, worker_id, input_name, output = item
-    return StepStateChanged.model_construct(
-        name=step,
-        step_state=_STATES[state],
-        worker_id=worker_id,
-        input_event_name=input_name,
-        output_event_name=output,
+    # What StepStateChanged.model_construct() does, for this one known model, at a
+    # third of the cost: snapshot loops read one of these per step execution.
+    event = _new_step_state_changed(StepStateChanged)
+    _set(
+        event,
+        "__dict__",
+        {
+            "name": step,
+            "step_state": _STATES[state],
+            "worker_id": worker_id,
+            "input_event_name": input_name,
+            "output_event_name": output,
+        },
     )
+    _set(event, "__pydantic_fields_set__", set(_STEP_STATE_FIELDS))
+    _set(event, "__pydantic_extra__", None)
+    _set(event, "__pydantic_private__", None)
+    return event
 
 
 def _is_internal(item: Any) -> bool:

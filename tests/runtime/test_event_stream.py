@@ -1,0 +1,72 @@
+"""The stream buffer's step-state records (``tickwork.runtime.event_stream``)."""
+
+from __future__ import annotations
+
+import gc
+
+from tickwork import Event
+from tickwork.events import StepState, StepStateChanged
+from tickwork.runtime.event_stream import EventStream, materialize, step_state_record
+from tickwork.runtime.types.commands import PublishStepState, RunWorker
+from tickwork.runtime.types.state import Invocation, WorkItem
+
+
+class Ping(Event):
+    n: int = 0
+
+
+class Pong(Event):
+    pass
+
+
+def _run_worker(slot: int = 3) -> RunWorker:
+    item = WorkItem("wi-1", "echo", Ping(n=1))
+    return RunWorker(Invocation("inv-1", "echo", slot, item, 1.0))
+
+
+def test_a_record_reads_back_as_the_event_model_construct_would_build() -> None:
+    finished = PublishStepState("echo", "not_running", "3", Ping, Pong, True, Pong())
+    for command, expected in [
+        (
+            _run_worker(),
+            StepStateChanged.model_construct(
+                name="echo",
+                step_state=StepState.RUNNING,
+                worker_id="3",
+                input_event_name="Ping",
+                output_event_name=None,
+            ),
+        ),
+        (
+            finished,
+            StepStateChanged.model_construct(
+                name="echo",
+                step_state=StepState.NOT_RUNNING,
+                worker_id="3",
+                input_event_name=str(Ping),
+                output_event_name=str(Pong),
+            ),
+        ),
+    ]:
+        event = materialize(step_state_record(command))
+        assert type(event) is StepStateChanged
+        assert event == expected
+        assert event.model_fields_set == expected.model_fields_set
+        assert event.model_dump() == expected.model_dump()
+        assert materialize(command) == expected  # commands read back the same way
+
+
+def test_buffered_records_hold_no_invocation_and_are_not_tracked_by_the_gc() -> None:
+    stream = EventStream()
+    stream.push(_run_worker())
+    stream.push(PublishStepState("echo", "preparing", "<enqueued>", Ping))
+    gc.collect()
+    records = list(stream._items)
+    assert all(type(r) is tuple and not gc.is_tracked(r) for r in records)
+    assert not any(isinstance(part, (Invocation, WorkItem, Event)) for r in records for part in r)
+
+
+def test_user_tuples_pass_through_untouched() -> None:
+    stream = EventStream()
+    stream.push(("a", "b", "c", "d", "e", "f"))  # six items, like a record, but not one
+    assert materialize(stream._items[0]) == ("a", "b", "c", "d", "e", "f")
