@@ -220,8 +220,9 @@ class DictLikeModel(BaseModel):
     @model_serializer(mode="wrap")
     def _dump_with_data(self, handler: Any) -> Any:
         dumped = handler(self)
-        data = self._dyn()
-        if isinstance(dumped, dict) and data:
+        private = self.__pydantic_private__  # read, never create: dumps are hot
+        data = private.get("_data") if private else None
+        if data and isinstance(dumped, dict):
             dumped["_data"] = dict(data)
         return dumped
 
