@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
 from tickwork.events import HumanResponseEvent, InputRequiredEvent, UnhandledEvent
 from tickwork.runtime.control_loop import rebuild_state_from_ticks
-from tickwork.runtime.control_loop.reduce import reduce
+from tickwork.runtime.control_loop.reduce import reduce, reduce_all
 from tickwork.runtime.control_loop.streams import EMPTY_BUFFER, decide_collect
 from tickwork.runtime.types.commands import (
     CancelWorker,
@@ -630,6 +630,22 @@ def test_rebuilding_from_every_prefix_equals_the_live_state(
     for k, tick in enumerate(run.ticks):
         state, _ = reduce(state, copy.deepcopy(tick))
         assert fingerprint(state) == fingerprint(run.states[k + 1]), f"copied tick {k}"
+
+
+@flows
+@PROPERTY
+@given(data=st.data())
+def test_reducing_a_stretch_at_once_equals_reducing_it_tick_by_tick(
+    flow: FlowModel, data: st.DataObject
+) -> None:
+    run = simulate(flow, data)
+    n = len(run.ticks)
+    start = data.draw(st.integers(0, n), label="start")
+    end = data.draw(st.integers(start, n), label="end")
+    before = fingerprint(run.states[start])
+    folded = reduce_all(run.states[start], run.ticks[start:end])
+    assert folded == run.states[end]
+    assert fingerprint(run.states[start]) == before, "reduce_all changed its input state"
 
 
 @flows

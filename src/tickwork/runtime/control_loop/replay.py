@@ -7,10 +7,10 @@ never modify the state they start from.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Iterable
+from collections.abc import AsyncIterable, Callable, Iterable, Iterator
 from typing import Any
 
-from tickwork.runtime.control_loop.reduce import reduce
+from tickwork.runtime.control_loop.reduce import reduce, reduce_all
 from tickwork.runtime.types.commands import CompleteRun, FailWorkflow, Halt
 from tickwork.runtime.types.state import RunState
 from tickwork.types import ExitCommand, JournalRecord, ReplayResult
@@ -68,13 +68,30 @@ def _fold_state(state: RunState, record: Any) -> RunState:
     return state if tick is None else reduce(state, tick)[0]
 
 
+def _ticks_after(journal_seq: int, records: Iterable[Any]) -> Iterator[Any]:
+    """The ticks of ``records`` still to fold over a state at ``journal_seq``.
+
+    The same checks as :func:`_as_tick`, keeping the sequence number the state would
+    have: every tick folded advances it by one.
+    """
+    decode = _decoder()
+    for record in records:
+        if not isinstance(record, JournalRecord):
+            yield record
+        elif record.seq < journal_seq:
+            continue
+        elif record.seq != journal_seq:
+            raise ValueError(f"journal gap: expected seq {journal_seq}, got seq {record.seq}")
+        else:
+            yield decode(record.data)
+        journal_seq += 1
+
+
 def rebuild_state_from_ticks(
     state: RunState, ticks: Iterable[Any], run_id: str | None = None
 ) -> RunState:
     """Fold ``ticks`` (tick objects or ``JournalRecord``s) over ``state``."""
-    for record in ticks:
-        state = _fold_state(state, record)
-    return state
+    return reduce_all(state, _ticks_after(state.journal_seq, ticks))
 
 
 async def rebuild_state_from_ticks_stream(
