@@ -72,9 +72,12 @@ def _encode_value(value: Any, serializer: BaseSerializer) -> Any:
 
 
 def _decode_value(data: dict[str, Any], serializer: BaseSerializer) -> Any:
+    event = data.get("event")
+    if event is not None:
+        return serializer.from_record(event)
     if "list" in data:
         return [serializer.from_record(v) for v in data["list"]]
-    return _load_event(data.get("event"), serializer)
+    return None
 
 
 def _encode_op(op: CollectOp, serializer: BaseSerializer) -> dict[str, Any]:
@@ -135,7 +138,8 @@ def _encode_outcome(outcome: StepOutcome, serializer: BaseSerializer) -> dict[st
 def _decode_outcome(data: dict[str, Any], serializer: BaseSerializer) -> StepOutcome:
     kind = data["kind"]
     sends = int(data.get("sends", 0))
-    deleted = tuple(data.get("deleted_waiters", ()))
+    raw_deleted = data.get("deleted_waiters")
+    deleted = tuple(raw_deleted) if raw_deleted else ()
     raw_ops = data.get("collect_ops")
     ops = tuple(_decode_op(op, serializer) for op in raw_ops) if raw_ops else ()
     if kind == "completed":

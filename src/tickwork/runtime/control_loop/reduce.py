@@ -114,9 +114,10 @@ def reduce_all(state: RunState, ticks: Iterable[Tick]) -> RunState:
     this is how journals are replayed.  Pure: ``state`` is not modified.
     """
     tx = Tx(state, 0.0)  # each tick sets its own time
+    commands = tx.commands
     for tick in ticks:
         tx.now = tick.stamped_at
-        tx.commands = []
+        commands.clear()
         _apply(tx, tick)
     return tx.commit()
 
