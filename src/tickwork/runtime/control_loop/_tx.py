@@ -74,6 +74,7 @@ class Tx:
         "commands",
         "live",
         "now",
+        "quiet",
         "steps",
         "touched_streams",
         *_SCALARS,
@@ -105,6 +106,8 @@ class Tx:
         self.steps: Mapping[str, StepRunState] = base.steps
         self._own_steps: dict[str, StepRunState] | None = None
         self.commands: list[Command] = []
+        # Set by folds that drop commands: the per-step ones are then not even built.
+        self.quiet = False
         self._status = base.status
         self.live = base.status == "running"
         self.is_running = base.is_running
@@ -238,7 +241,8 @@ def start_invocation(
         ),
     )
     tx.running += 1
-    tx.commands.append(RunWorker(invocation))
+    if not tx.quiet:
+        tx.commands.append(RunWorker(invocation))
 
 
 def dispatch_or_queue(tx: Tx, step: str, item: WorkItem) -> None:
@@ -301,7 +305,7 @@ def finish_invocation(
 ) -> None:
     """Free the invocation's slot and publish its NOT_RUNNING."""
     release_slot(tx, invocation)
-    if publish:
+    if publish and not tx.quiet:
         tx.emit(
             PublishStepState(
                 invocation.step,

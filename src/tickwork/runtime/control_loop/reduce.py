@@ -114,6 +114,7 @@ def reduce_all(state: RunState, ticks: Iterable[Tick]) -> RunState:
     this is how journals are replayed.  Pure: ``state`` is not modified.
     """
     tx = Tx(state, 0.0)  # each tick sets its own time
+    tx.quiet = True
     commands = tx.commands
     for tick in ticks:
         tx.now = tick.stamped_at
