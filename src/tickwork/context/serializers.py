@@ -220,10 +220,16 @@ class JsonSerializer(BaseSerializer):
     admits only the framework types.
     """
 
+    _custom_context: bool = True  # until __init__ knows better: the safe slow path
+
     def __init__(self, *, allowed_types: Iterable[type | str] | None = None) -> None:
         self._allowed_types: tuple[type | str, ...] | None = None
         self._allowed_classes: dict[str, type] = {}
         self._allowed_names: frozenset[str] = frozenset()
+        # A subclass with its own validation_context() gets it called (see from_record).
+        self._custom_context = (
+            type(self).validation_context is not JsonSerializer.validation_context
+        )
         if allowed_types is not None:
             self._set_allow_list(tuple(allowed_types))
 
@@ -313,13 +319,13 @@ class JsonSerializer(BaseSerializer):
 
     def from_record(self, data: Any) -> Any:
         """Decode an envelope written by :meth:`to_record`, or text from :meth:`serialize`."""
-        if isinstance(data, str):
-            return self.deserialize(data)
-        if not (isinstance(data, dict) and data.get(_PYDANTIC_MARKER) is True):
+        if not (type(data) is dict and data.get(_PYDANTIC_MARKER) is True):
+            if isinstance(data, str):
+                return self.deserialize(data)
             raise ValueError(
                 f"expected serializer text or a model envelope, got {type(data).__name__}"
             )
-        if type(self).validation_context is not JsonSerializer.validation_context:
+        if self._custom_context:
             with self.validation_context():
                 return self._decode_model(data)
         # validation_context() without building a context manager: one per event.
