@@ -158,16 +158,13 @@ def _make_dumps() -> Callable[[Any], str]:
 _dumps = _make_dumps()
 
 
-def _import_class(name: str) -> type:
-    """The class ``name`` found by import; ``ValueError`` naming it when it cannot be."""
-    try:
-        return resolve_by_import(name)
-    except ImportError as err:
-        raise ValueError(
-            f"cannot resolve class {name!r} by import; classes defined inside a "
-            "function cannot be imported: pass them to "
-            "JsonSerializer(allowed_types=[...])"
-        ) from err
+def _not_importable(name: str) -> ValueError:
+    """The error for a class name that import cannot resolve."""
+    return ValueError(
+        f"cannot resolve class {name!r} by import; classes defined inside a "
+        "function cannot be imported: pass them to "
+        "JsonSerializer(allowed_types=[...])"
+    )
 
 
 class BaseSerializer(ABC):
@@ -200,7 +197,10 @@ class BaseSerializer(ABC):
         Raises ``ValueError`` naming ``name`` when it cannot be imported (classes defined
         inside functions never can).
         """
-        return _import_class(name)
+        try:
+            return resolve_by_import(name)
+        except ImportError as err:
+            raise _not_importable(name) from err
 
     def validation_context(self) -> AbstractContextManager[None]:
         """A block in which nested envelope fields resolve classes through this serializer.
@@ -270,7 +270,10 @@ class JsonSerializer(BaseSerializer):
         Raises ``ValueError`` naming the class when it is not allowed or cannot be found.
         """
         if self._allowed_types is None or name in self._allowed_names:
-            return _import_class(name)
+            try:
+                return resolve_by_import(name)
+            except ImportError as err:
+                raise _not_importable(name) from err
         cls = self._allowed_classes.get(name) or _framework_types_by_qualified_name().get(name)
         if cls is None:
             raise ValueError(

@@ -104,7 +104,7 @@ def _route_to_step(
     scope_path: tuple[str, ...],
 ) -> int:
     """Deliver one event to one step; returns the open work items it created (0 or 1)."""
-    spec = tx.spec(step)
+    spec = tx.base.config.steps[step]
     if spec.kind == "collect":
         _arrive_at_collect_step(tx, step, event, scope_path)
         return 0
