@@ -131,7 +131,8 @@ def _apply(tx: Tx, tick: Tick) -> None:
     _PROCESSORS[type(tick)](tx, tick)
     if tx.touched_streams:
         close_finished_streams(tx)
-    _schedule_idle_check_if_quiescent(tx, tick)
+    if not (tx.queued or tx.running or tx.idle_check_pending):
+        _schedule_idle_check_if_quiescent(tx, tick)
 
 
 def _accrue_alive_time(tx: Tx) -> None:
