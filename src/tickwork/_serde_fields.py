@@ -120,7 +120,8 @@ def dump_event(event: Any) -> dict[str, Any]:
     """The JSON envelope of an event (or any pydantic model)."""
     return {
         "__is_pydantic": True,
-        "value": event.model_dump(mode="json"),
+        # model_dump(mode="json") without its Python-level argument handling
+        "value": type(event).__pydantic_serializer__.to_python(event, mode="json"),
         "qualified_name": qualified_name(type(event)),
     }
 
