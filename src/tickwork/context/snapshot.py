@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tickwork._serde_fields import dump_exception, load_exception, qualified_name
-from tickwork.context.serializers import BaseSerializer
+from tickwork.context.serializers import BaseSerializer, JsonSerializer
 from tickwork.errors import ContextSerdeError
+from tickwork.events import CollectionReleaseEvent
 from tickwork.runtime.types.persistent import PList, PMap, PQueue
 from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.state import (
@@ -170,18 +171,9 @@ def _fresh_worker(template: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _fresh_stream(template: dict[str, Any]) -> dict[str, Any]:
-    """A stream entry built from a template (new lists)."""
-    return {
-        **template,
-        "scope_path": template["scope_path"][:],
-        "accepting_binding_ids": template["accepting_binding_ids"][:],
-    }
-
-
-def _fresh_release(template: dict[str, Any]) -> dict[str, Any]:
-    """A join-buffer entry built from a template (a new dict, the shared buffer list)."""
-    return {**template}
+# How the JSON serializer's text of an empty release event begins ("events" is its first
+# field); _Encoder._release_text splices the members' texts in after the "[".
+_RELEASE_PREFIX = '{"__is_pydantic": true, "value": {"events": []'
 
 
 class _Encoder:
@@ -189,6 +181,9 @@ class _Encoder:
 
     def __init__(self, serializer: BaseSerializer, cache: SnapshotCache) -> None:
         self.serialize = serializer.serialize
+        # Release events can be spliced from their members' texts (see _release_text)
+        # when the serializer is the plain JSON one.
+        self.splice = type(serializer).serialize is JsonSerializer.serialize
         self.cache = cache
         self.values = cache.values
         self.old_workers = cache.workers
@@ -220,8 +215,33 @@ class _Encoder:
         """The serializer text of ``event`` (``None`` stays ``None``)."""
         if event is None:
             return None
-        text: str = self._memo(event, self.serialize)
+        text: str = self._memo(event, self._event_text)
         return text
+
+    def _event_text(self, event: Any) -> str:
+        """The serializer text of ``event``."""
+        if self.splice and type(event) is CollectionReleaseEvent:
+            text = self._release_text(event)
+            if text is not None:
+                return text
+        text = self.serialize(event)
+        return text
+
+    def _release_text(self, event: CollectionReleaseEvent) -> str | None:
+        """The text of a join's release event, spliced from its members' cached texts.
+
+        A release event carries the whole batch, whose members the snapshot has already
+        serialized one by one (they sat in the join buffer): the JSON serializer writes
+        a nested event exactly as it writes that event alone, so the batch's text is
+        theirs joined inside the text of the event without its members.  ``None`` (use
+        the serializer) if that text does not start as expected.
+        """
+        empty = self.serialize(event.model_copy(update={"events": []}))
+        if not empty.startswith(_RELEASE_PREFIX):
+            return None
+        members = ", ".join(self.event(member) or "null" for member in event.events)
+        start = len(_RELEASE_PREFIX) - 1  # keeps the "]" of the empty list
+        return _RELEASE_PREFIX[:-1] + members + empty[start:]
 
     def events(self, events: Iterable[Any]) -> list[str | None]:
         """The serializer texts of ``events``, in order."""
@@ -237,7 +257,7 @@ class _Encoder:
         """The encoding of a work item (queued, running or parked)."""
         event, bound, error = item.event, item.bound_events, item.last_exception
         return {
-            "event": None if event is None else self._memo(event, self.serialize),
+            "event": None if event is None else self._memo(event, self._event_text),
             "bound_events": None if bound is None else {k: self.event(v) for k, v in bound.items()},
             "attempts": item.attempts,
             "first_attempt_at": item.first_attempt_at,
@@ -388,6 +408,7 @@ class _Encoder:
             "collected_events": collected_events,
             "collect_generations": collect_generations,
             "static_collect_events": static,
+            "collected_waiters": [],
         }
 
     def in_progress(
@@ -509,7 +530,7 @@ class _Encoder:
             {name: entry(name, step).template for name, step in state.steps.items()},
             self.stream_table(state.streams),
             self.release_table(state.releases),
-            any(step.waiters for step in state.steps.values()),
+            frozenset(name for name, step in state.steps.items() if step.waiters),
         )
 
     def snapshot(self, frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any]:
@@ -557,26 +578,39 @@ class _Frame:
     workers: dict[str, dict[str, Any] | None]
     streams: dict[str, dict[str, Any]]
     releases: dict[str, dict[str, Any]]
-    has_waiters: bool
+    waiting_steps: frozenset[str]
+    """The steps with waiters: their entries are new in every snapshot."""
+
+    @property
+    def has_waiters(self) -> bool:
+        """Whether some step has waiters (encoded anew in every snapshot)."""
+        return bool(self.waiting_steps)
 
 
 def _assemble(frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any]:
-    """A snapshot built from templates: new dicts, shared lists and item encodings."""
+    """A snapshot built from templates: a new top level and ``workers`` map, the entries
+    of steps with waiters new (their waiters are added to them), everything else shared
+    with the cache and with other snapshots of the run (snapshots are read-only)."""
     state = frame.state
+    waiting = frame.waiting_steps
     return {
         "version": SNAPSHOT_VERSION,
         "state": state_section,
         "is_running": state.status in ("running", "cancelled"),
         "workers": {
-            name: empty_worker() if template is None else _fresh_worker(template)
+            name: (
+                (empty_worker() if template is None else _fresh_worker(template))
+                if name in waiting
+                else (_EMPTY_WORKER if template is None else template)
+            )
             for name, template in frame.workers.items()
         },
         "stream_seq": state.stream_seq,
         "work_item_seq": state.work_item_seq,
         "invocation_seq": state.invocation_seq,
         "deliveries": [],
-        "streams": {sid: _fresh_stream(t) for sid, t in frame.streams.items()},
-        "collection_release_states": {k: _fresh_release(t) for k, t in frame.releases.items()},
+        "streams": dict(frame.streams),
+        "collection_release_states": dict(frame.releases),
         "elapsed_alive": state.elapsed_alive,
         "last_alive_stamp": state.last_alive_stamp,
         "journal_seq": state.journal_seq,
@@ -600,6 +634,10 @@ def empty_worker() -> dict[str, Any]:
         "static_collect_events": [],
         "collected_waiters": [],
     }
+
+
+# The entry of a step with nothing pending, shared by snapshots (they are read-only).
+_EMPTY_WORKER = empty_worker()
 
 
 def encode_snapshot(
