@@ -1050,3 +1050,24 @@ def test_no_unexpected_warnings_from_normal_to_dict() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _store(a=1).to_dict(JsonSerializer())
+
+
+@pytest.mark.anyio
+async def test_the_section_of_an_empty_dict_state_follows_every_kind_of_write() -> None:
+    ser = JsonSerializer()
+    store = InMemoryStateStore(DictState())
+    empty = store.to_dict(ser)
+    assert store.to_dict(ser) == empty  # reused while nothing changed...
+    await store.set("a", 1)
+    assert store.to_dict(ser)["state_data"]["_data"] == {"a": "1"}  # ...not after a set
+    await store.clear()
+    assert store.to_dict(ser) == empty
+    async with store.edit_state() as draft:
+        draft["b"] = 2
+    assert store.to_dict(ser)["state_data"]["_data"] == {"b": "2"}
+    await store.clear()
+    await anyio.to_thread.run_sync(_as_step(lambda: store.sync.set("c", 3)))  # sync steps' API
+    assert store.to_dict(ser)["state_data"]["_data"] == {"c": "3"}
+    other = JsonSerializer()
+    await store.clear()
+    assert store.to_dict(other) == empty  # another serializer gets its own section

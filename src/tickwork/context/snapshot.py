@@ -267,9 +267,7 @@ class _Encoder:
             "not_before": item.not_before,
             "scope_path": list(item.scope_path),
             "collection_release_payload": (
-                self.release_payload(item)
-                if type(event).__name__ == "CollectionReleaseEvent"
-                else None
+                self.release_payload(item) if type(event) is CollectionReleaseEvent else None
             ),
             "work_item_id": item.work_item_id,
         }
@@ -277,7 +275,7 @@ class _Encoder:
     def release_payload(self, item: WorkItem) -> dict[str, Any] | None:
         """The batch a join item carries, or ``None`` for other items."""
         event = item.event
-        if type(event).__name__ != "CollectionReleaseEvent":
+        if type(event) is not CollectionReleaseEvent:
             return None
         return {
             "binding_id": event.binding_id,

@@ -179,6 +179,8 @@ class InMemoryStateStore(Generic[MODEL_T]):
         self._edit_thread: int | None = None
         self._serializer: BaseSerializer | None = None
         self._sync: SyncStateStore[MODEL_T] | None = None
+        # (state, serializer, section) of the last to_dict() of an empty DictState.
+        self._empty_section: tuple[Any, BaseSerializer, dict[str, Any]] | None = None
 
     def _bind_serializer(self, serializer: BaseSerializer) -> None:
         """Use ``serializer`` for checkpoints (the Context binds the run's serializer)."""
@@ -300,7 +302,16 @@ class InMemoryStateStore(Generic[MODEL_T]):
         be encoded; known-unserializable keys are skipped with an
         ``UnserializableKeyWarning``.
         """
-        return string_section(self._state, serializer)
+        state = self._state
+        if type(state) is not DictState or (state.__pydantic_private__ or {}).get("_data"):
+            return string_section(state, serializer)
+        # An empty dict state changes only by being replaced (writes copy it), so its
+        # section is reused while the state object is the same: snapshot loops call this
+        # after every step, and most runs never touch the store.
+        cached = self._empty_section
+        if cached is None or cached[0] is not state or cached[1] is not serializer:
+            cached = self._empty_section = (state, serializer, string_section(state, serializer))
+        return cached[2]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], serializer: BaseSerializer) -> InMemoryStateStore[Any]:
