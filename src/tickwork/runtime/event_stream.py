@@ -112,10 +112,11 @@ class EventStream:
         """Append a published item (step state commands as records) and wake readers."""
         if isinstance(item, (RunWorker, PublishStepState)):
             item = step_state_record(item)
-        self._items.append(item)
-        if isinstance(item, StopEvent):
+        elif isinstance(item, StopEvent):
             self.terminal_event = item
-        self._wake()
+        self._items.append(item)
+        if self._changed is not None:  # someone waits: _wake() (inlined, pushes are hot)
+            self._wake()
 
     def close(self) -> None:
         """No more items will come (the terminal event was pushed, or the run aborted)."""

@@ -201,7 +201,8 @@ async def execute_invocation(
         if invoker.direct:
             session.enter_step(scope)
             value = await invoker.fn(**_bind_arguments(invocation, invoker, scope))
-            check_return_value(invoker.spec, value)
+            if not (isinstance(value, Event) and type(value) not in invoker.spec.list_only_types):
+                check_return_value(invoker.spec, value)  # None, a list, or a wrong value
         elif invoker.timeout is None:
             value = await _run_body(session, invocation, invoker, scope)
         else:
