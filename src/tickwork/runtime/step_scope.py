@@ -117,9 +117,10 @@ class StepScope:
         self._loop_thread = loop_thread
         self.sends = 0
         self.returned = False
-        self.collect_ops: list[CollectOp] = []
-        self.deleted_waiters: list[str] = []
-        self._views: dict[str, CollectBuffer] = {}
+        # Created on first use: most invocations never collect nor time out a waiter.
+        self.collect_ops: list[CollectOp] | tuple[()] = ()
+        self.deleted_waiters: list[str] | tuple[()] = ()
+        self._views: dict[str, CollectBuffer] | None = None
         self._context: Any = None
         self.worker_thread: int | None = None
 
@@ -207,13 +208,18 @@ class StepScope:
         if not expected:
             return []
         bid = buffer_id or "default"
-        view = self._views.get(bid)
+        views = self._views
+        if views is None:
+            views = self._views = {}
+        view = views.get(bid)
         if view is None:
             view = self.invocation.collect_view.get(bid, EMPTY_BUFFER)
         # ``expected`` is read, never kept: copying it would add O(len) to every call.
         wanted = expected if isinstance(expected, (list, tuple)) else list(expected)
         op, new_view, released = decide_collect(view, bid, event, wanted)
-        self._views[bid] = new_view
+        views[bid] = new_view
+        if not self.collect_ops:
+            self.collect_ops = []
         self.collect_ops.append(op)
         return released
 
@@ -235,6 +241,8 @@ class StepScope:
             return waiter.resolved_event
         if waiter is not None and waiter.timed_out:
             if wid not in self.deleted_waiters:
+                if not self.deleted_waiters:
+                    self.deleted_waiters = []
                 self.deleted_waiters.append(wid)
             raise TimeoutError(
                 f"timed out after {timeout}s waiting for {event_type.__name__} "

@@ -276,7 +276,15 @@ def drain_queue(tx: Tx, step: str) -> None:
         start_invocation(tx, step, item)
 
 
-def release_slot(tx: Tx, invocation: Invocation) -> None:
+def finish_invocation(
+    tx: Tx,
+    invocation: Invocation,
+    publish: bool,
+    output: type | None = None,
+    has_output: bool = False,
+    value: Any = None,
+) -> None:
+    """Free the invocation's slot and (with ``publish``) publish its NOT_RUNNING."""
     step = invocation.step
     current = tx.steps[step]
     tx.put_step(
@@ -293,18 +301,6 @@ def release_slot(tx: Tx, invocation: Invocation) -> None:
         ),
     )
     tx.running -= 1
-
-
-def finish_invocation(
-    tx: Tx,
-    invocation: Invocation,
-    publish: bool,
-    output: type | None,
-    has_output: bool = False,
-    value: Any = None,
-) -> None:
-    """Free the invocation's slot and publish its NOT_RUNNING."""
-    release_slot(tx, invocation)
     if publish and not tx.quiet:
         tx.emit(
             PublishStepState(

@@ -43,7 +43,6 @@ from tickwork.runtime.control_loop._tx import (
     fail_run,
     finish_invocation,
     invocation_order,
-    release_slot,
     start_invocation,
 )
 from tickwork.runtime.control_loop._waiters import (
@@ -302,7 +301,7 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
 
 def _rerun_stale_invocation(tx: Tx, invocation: Invocation) -> None:
     """The collect view went stale: run the same work item again, silently."""
-    release_slot(tx, invocation)
+    finish_invocation(tx, invocation, False)
     start_invocation(tx, invocation.step, invocation.item)
 
 

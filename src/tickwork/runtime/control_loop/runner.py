@@ -354,14 +354,17 @@ class _Loop:
 
     def _drain(self) -> None:
         """Reduce every pending tick, executing each tick's commands right away."""
-        adapter = self.adapter
+        pending = self.pending
+        while pending and self.exit is None:
+            self._process(pending.popleft())
+
+    def _process(self, tick: Tick) -> None:
+        """Reduce one tick and execute its commands, in order."""
+        self.state, commands = reduce(self.state, tick)
+        self.adapter.processed(tick, self.state)
         handlers = _HANDLERS
-        while self.pending and self.exit is None:
-            tick = self.pending.popleft()
-            self.state, commands = reduce(self.state, tick)
-            adapter.processed(tick, self.state)
-            for command in commands:
-                handlers[type(command)](self, command)
+        for command in commands:
+            handlers[type(command)](self, command)
 
     async def _drain_durably(self) -> None:
         """Reduce every pending tick, commit them in one transaction, then act.
@@ -465,9 +468,13 @@ class _Loop:
         self.waiting = False
         try:
             # Commands never post, but a tick posted meanwhile must not be stranded.
-            while self.inbox and self.exit is None:
-                self._take_available()
-                self._drain()
+            inbox = self.inbox
+            while inbox and self.exit is None:
+                if len(inbox) == 1:  # the usual case: nothing to order
+                    self._process(inbox.pop())
+                else:
+                    self._take_available()
+                    self._drain()
         except Exception as error:  # a runtime bug: let the loop task raise it
             self.crash = error
         finally:
