@@ -65,11 +65,7 @@ def resolve_by_import(name: str) -> type:
     """
     location = _LOCATIONS.get(name)
     if location is not None:
-        # _walk() inlined for the common top-level class: decoding resolves every event.
-        module_name, attrs = location
-        found: Any = sys.modules.get(module_name)
-        for attr in attrs:
-            found = getattr(found, attr, None)
+        found = _walk(*location)
         if isinstance(found, type):
             return found
     parts = name.split(".")
