@@ -245,3 +245,35 @@ def test_plist_matches_a_list_model_and_keeps_every_version(ops: list[tuple[str,
     for version, expected in versions:
         assert version.to_list() == expected and list(version) == expected
         assert len(version) == len(expected)
+
+
+def test_the_shared_empty_mapping_is_an_immutable_empty_dict_lookalike() -> None:
+    import pickle
+
+    from tickwork.runtime.types.persistent import EMPTY_MAPPING
+
+    shared, empty = EMPTY_MAPPING, dict[str, int]()
+    assert shared == empty
+    assert empty == shared  # dict.__eq__ defers to the mapping
+    assert EMPTY_MAPPING != {"a": 1}
+    assert not EMPTY_MAPPING and len(EMPTY_MAPPING) == 0 and list(EMPTY_MAPPING) == []
+    assert EMPTY_MAPPING.get("a", 7) == 7 and "a" not in EMPTY_MAPPING
+    assert dict(EMPTY_MAPPING) == {} and {**EMPTY_MAPPING, "a": 1} == {"a": 1}
+    with pytest.raises(KeyError):
+        EMPTY_MAPPING["a"]
+    with pytest.raises(TypeError):
+        EMPTY_MAPPING["a"] = 1  # type: ignore[index]
+    assert hash(EMPTY_MAPPING) == hash(EMPTY_MAPPING)
+    assert pickle.loads(pickle.dumps(EMPTY_MAPPING)) is EMPTY_MAPPING
+    assert repr(EMPTY_MAPPING) == "{}"
+
+
+def test_records_built_with_defaults_share_the_empty_containers() -> None:
+    from tickwork.runtime.types.state import StepRunState, WorkItem
+
+    first, second = StepRunState(), StepRunState()
+    assert first.in_progress is second.in_progress and first.queue is second.queue
+    assert first.join_counts is second.join_counts and first.join_counts == {}
+    item = WorkItem("wi-0", "step", object())
+    assert item.recovery_counts == {}
+    assert item.recovery_counts is WorkItem("x", "y", 1).recovery_counts

@@ -11,7 +11,7 @@ more (not the invocation, not its events).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import lru_cache
 from typing import Any
 
@@ -43,18 +43,31 @@ def _type_text(cls: type) -> str:
     return str(cls)
 
 
-def step_state_record(command: RunWorker | PublishStepState) -> StepStateRecord:
-    """The buffered form of a step state change command."""
-    if isinstance(command, RunWorker):
-        invocation = command.invocation
-        event_name = type(invocation.item.event).__name__
-        return (_RECORD, "running", invocation.step, str(invocation.worker_id), event_name, None)
+def _running_record(command: RunWorker) -> StepStateRecord:
+    invocation = command.invocation
+    event_name = type(invocation.item.event).__name__
+    return (_RECORD, "running", invocation.step, str(invocation.worker_id), event_name, None)
+
+
+def _state_record(command: PublishStepState) -> StepStateRecord:
     if command.state == "not_running":
         output = _type_text(command.output_type) if command.has_output else None
         input_name = _type_text(command.input_type)
         return (_RECORD, "not_running", command.step, command.worker_id, input_name, output)
     input_name = command.input_type.__name__
     return (_RECORD, command.state, command.step, command.worker_id, input_name, None)
+
+
+# By exact command type: a push checks one dict instead of walking isinstance checks.
+_RECORDERS: dict[type, Callable[[Any], StepStateRecord]] = {
+    RunWorker: _running_record,
+    PublishStepState: _state_record,
+}
+
+
+def step_state_record(command: RunWorker | PublishStepState) -> StepStateRecord:
+    """The buffered form of a step state change command."""
+    return _RECORDERS[type(command)](command)
 
 
 _new_step_state_changed = object.__new__
@@ -68,8 +81,9 @@ def _is_record(item: Any) -> bool:
 
 def materialize(item: Any) -> Any:
     """Turn a buffered item (or a step state command) into the event a reader sees."""
-    if isinstance(item, (RunWorker, PublishStepState)):
-        item = step_state_record(item)
+    recorder = _RECORDERS.get(type(item))
+    if recorder is not None:
+        item = recorder(item)
     elif not _is_record(item):
         return item
     _, state, step, worker_id, input_name, output = item
@@ -110,8 +124,9 @@ class EventStream:
 
     def push(self, item: Any) -> None:
         """Append a published item (step state commands as records) and wake readers."""
-        if isinstance(item, (RunWorker, PublishStepState)):
-            item = step_state_record(item)
+        recorder = _RECORDERS.get(type(item))
+        if recorder is not None:
+            item = recorder(item)
         elif isinstance(item, StopEvent):
             self.terminal_event = item
         self._items.append(item)

@@ -263,14 +263,17 @@ class RunSession:
         self._early_ticks.clear()
 
     def run_step(
-        self, invocation: Invocation, post: Callable[[Tick], None]
-    ) -> Coroutine[Any, Any, StepOutcome]:
+        self,
+        invocation: Invocation,
+        post: Callable[[Tick], None],
+        report: Callable[[Invocation, StepOutcome], None],
+    ) -> Coroutine[Any, Any, None]:
         """Execute one invocation (see :mod:`tickwork.runtime.step_worker`).
 
-        Returns the coroutine itself rather than awaiting it in another frame: one
-        coroutine layer less per step.
+        Returns the coroutine itself rather than awaiting it in another frame: a worker
+        task is one coroutine over the step body.
         """
-        return execute_invocation(self, invocation, post)
+        return execute_invocation(self, invocation, post, report)
 
     def publish(self, item: Any) -> None:
         """Append to the run's stream."""

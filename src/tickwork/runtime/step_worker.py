@@ -191,45 +191,68 @@ def _failure(
 
 
 async def execute_invocation(
-    session: RunSession, invocation: Invocation, post: Callable[[Tick], None]
-) -> StepOutcome:
-    """Run one invocation to its outcome.  Only cancellation propagates."""
-    scope = StepScope(session, invocation, post, threading.get_ident())
-    invoker = session.invoker(invocation.step)
-    span = session.step_span(invocation) if session.run_span is not None else None
+    session: RunSession,
+    invocation: Invocation,
+    post: Callable[[Tick], None],
+    report: Callable[[Invocation, StepOutcome], None],
+) -> None:
+    """Run one invocation and hand its outcome to ``report``.  Only cancellation propagates.
+
+    The outcome is reported from here rather than returned, so that a worker task is this
+    one coroutine over the step body.  An exception escaping the outcome's computation
+    (a runtime bug, never a step's own failure) is reported as the invocation's failure,
+    so the run ends instead of waiting for a result that never comes.
+    """
+    outcome: StepOutcome
     try:
-        if invoker.direct:
-            session.enter_step(scope)
-            value = await invoker.fn(**_bind_arguments(invocation, invoker, scope))
-            if not (isinstance(value, Event) and type(value) not in invoker.spec.list_only_types):
-                check_return_value(invoker.spec, value)  # None, a list, or a wrong value
-        elif invoker.timeout is None:
-            value = await _run_body(session, invocation, invoker, scope)
+        scope = StepScope(session, invocation, post, threading.get_ident())
+        invoker = session.invoker(invocation.step)
+        span = session.step_span(invocation) if session.run_span is not None else None
+        try:
+            if invoker.direct:
+                session.enter_step(scope)
+                value = await invoker.fn(**_bind_arguments(invocation, invoker, scope))
+                if not (
+                    isinstance(value, Event) and type(value) not in invoker.spec.list_only_types
+                ):
+                    check_return_value(invoker.spec, value)  # None, a list, or a wrong value
+            elif invoker.timeout is None:
+                value = await _run_body(session, invocation, invoker, scope)
+            else:
+                value = await _run_with_timeout(session, invocation, invoker, scope)
+        except Suspend as suspend:
+            if span is not None:
+                span.suspended()
+            outcome = Suspended(
+                suspend.request,
+                sends=scope.sends,
+                collect_ops=tuple(scope.collect_ops),
+                deleted_waiters=tuple(scope.deleted_waiters),
+            )
+        except Exception as error:
+            if span is not None:
+                span.failed(error)
+            outcome = _failure(session, invocation, invoker, error, scope)
+        except BaseException:
+            if span is not None:
+                span.cancelled()
+            raise
         else:
-            value = await _run_with_timeout(session, invocation, invoker, scope)
-    except Suspend as suspend:
-        if span is not None:
-            span.suspended()
-        return Suspended(
-            suspend.request,
-            sends=scope.sends,
-            collect_ops=tuple(scope.collect_ops),
-            deleted_waiters=tuple(scope.deleted_waiters),
-        )
+            if span is not None:
+                span.succeeded()
+            if scope.collect_ops or scope.deleted_waiters:
+                outcome = _completed_with_ops(value, scope)
+            else:
+                outcome = Completed(value, scope.sends)
+        finally:
+            scope.returned = True
     except Exception as error:
-        if span is not None:
-            span.failed(error)
-        return _failure(session, invocation, invoker, error, scope)
-    except BaseException:
-        if span is not None:
-            span.cancelled()
-        raise
-    finally:
-        scope.returned = True
-    if span is not None:
-        span.succeeded()
-    if not (scope.collect_ops or scope.deleted_waiters):
-        return Completed(value, scope.sends)
+        outcome = Failed(error, None, time.time())
+    report(invocation, outcome)
+
+
+def _completed_with_ops(value: Any, scope: StepScope) -> Completed:
+    """The outcome of a body that returned ``value`` after collecting or deleting waiters."""
     return Completed(
         value,
         sends=scope.sends,

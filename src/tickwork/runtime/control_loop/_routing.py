@@ -271,6 +271,13 @@ def emit_events(
     return opened
 
 
+def emit_event(tx: Tx, event: Any, source: WorkItem) -> int:
+    """:func:`emit_events` for the one event a step returned (the usual case)."""
+    if isinstance(event, InputRequiredEvent):
+        tx.emit(PublishEvent(event))
+    return deliver_event(tx, event, None, source.recovery_counts, source.scope_path)
+
+
 def settle_in_stream(
     tx: Tx,
     scope_path: tuple[str, ...],

@@ -28,6 +28,7 @@ from tickwork.runtime.control_loop._routing import (
     close_finished_streams,
     count_open_work,
     deliver_event,
+    emit_event,
     emit_events,
     fail_stuck_stream,
     settle_in_stream,
@@ -309,23 +310,25 @@ def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> Non
     """Publish NOT_RUNNING, then emit what the body returned, then settle the item."""
     value = outcome.value
     is_list = isinstance(value, list)
-    events: list[Any] = value if is_list else ([] if value is None else [value])
     last = (value[-1] if value else None) if is_list else value
-    output_type = type(last)
-    finish_invocation(tx, invocation, True, output_type, True, value)
+    finish_invocation(tx, invocation, True, type(last), True, value)
     if is_list:
-        stop = next((ev for ev in events if isinstance(ev, StopEvent)), None)
+        stop = next((ev for ev in value if isinstance(ev, StopEvent)), None)
     else:
         stop = value if isinstance(value, StopEvent) else None
     if stop is not None:
         complete_run(tx, stop)
         return
     item = invocation.item
-    delete_waiters(tx, invocation.step, item.work_item_id, None)
-    if is_list and tx.spec(invocation.step).is_fan_out:
-        _fan_out(tx, invocation, events)
+    if tx.steps[invocation.step].waiters:  # the usual step has none: skip the call
+        delete_waiters(tx, invocation.step, item.work_item_id, None)
+    if not is_list:
+        opened = 0 if value is None else emit_event(tx, value, item)
+    elif tx.spec(invocation.step).is_fan_out:
+        _fan_out(tx, invocation, value)
         return
-    opened = emit_events(tx, events, item.recovery_counts, item.scope_path)
+    else:
+        opened = emit_events(tx, value, item.recovery_counts, item.scope_path)
     if tx.live and item.scope_path:
         settle_in_stream(tx, item.scope_path, "completed", deliveries=opened)
 

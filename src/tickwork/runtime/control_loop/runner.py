@@ -38,7 +38,7 @@ from tickwork.runtime.types.commands import (
     ScheduleWakeup,
     terminal_event,
 )
-from tickwork.runtime.types.results import Failed, StepOutcome
+from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.state import Invocation, RunState
 from tickwork.runtime.types.ticks import (
     AddEvent,
@@ -55,6 +55,7 @@ from tickwork.runtime.types.ticks import PublishEvent as PublishTick
 __all__ = ["LoopAdapter", "RunExit", "control_loop", "using_adapter"]
 
 PostTick = Callable[[Tick], None]
+ReportOutcome = Callable[[Invocation, StepOutcome], None]
 
 
 class RunExit:
@@ -83,8 +84,14 @@ class LoopAdapter(Protocol):
     def bind(self, post: PostTick) -> None:
         """Receive the function that feeds external ticks (sends, cancel) into the run."""
 
-    def run_step(self, invocation: Invocation, post: PostTick) -> Coroutine[Any, Any, StepOutcome]:
-        """A coroutine executing one invocation to its outcome (only cancellation raises)."""
+    def run_step(
+        self, invocation: Invocation, post: PostTick, report: ReportOutcome
+    ) -> Coroutine[Any, Any, None]:
+        """A coroutine executing one invocation, ending with ``report(invocation, outcome)``.
+
+        Only cancellation may raise: a failing step, or a failure of the adapter itself,
+        is reported as a ``Failed`` outcome.  A cancelled invocation reports nothing.
+        """
         ...
 
     def publish(self, item: Any) -> None:
@@ -123,9 +130,6 @@ class using_adapter:
         _ADAPTER.reset(self._token)
 
 
-WorkerFn = Callable[[Invocation], Coroutine[Any, Any, None]]
-
-
 # asyncio's create_task() takes the task's context from Python 3.11 on.
 _TASK_CONTEXT_ARGUMENT = sys.version_info >= (3, 11)
 
@@ -136,8 +140,8 @@ class _TaskPool:
     of a generic task group, a cancel scope per invocation and an ``Event`` per wait
     roughly halved the framework's cost per step."""
 
-    def spawn(self, key: str, fn: WorkerFn, arg: Invocation, context: Context) -> None:
-        """Start ``fn(arg)`` as worker ``key`` in a copy of ``context``."""
+    def spawn(self, key: str, worker: Coroutine[Any, Any, None], context: Context) -> None:
+        """Start ``worker`` as the task of worker ``key`` in a copy of ``context``."""
         raise NotImplementedError
 
     def done(self, key: str) -> None:
@@ -164,16 +168,21 @@ class _AsyncioPool(_TaskPool):
         import asyncio
 
         self._loop = asyncio.get_running_loop()
+        self._task: Any = asyncio.Task
         self._tasks: dict[str, Any] = {}
         self._waiter: Any = None
 
-    def spawn(self, key: str, fn: WorkerFn, arg: Invocation, context: Context) -> None:
+    def spawn(self, key: str, worker: Coroutine[Any, Any, None], context: Context) -> None:
         # No done-callback: each one costs a scheduled handle; the worker calls done().
         task: Any
-        if _TASK_CONTEXT_ARGUMENT:
-            task = self._loop.create_task(fn(arg), context=context.copy())  # type: ignore[call-arg]
-        else:  # Python 3.10: a task copies the context it is created in
-            task = context.run(self._loop.create_task, fn(arg))
+        loop = self._loop
+        if not _TASK_CONTEXT_ARGUMENT:  # Python 3.10: a task copies the current context
+            task = context.run(loop.create_task, worker)
+        elif loop.get_task_factory() is None:
+            # What create_task() does with no task factory, minus its checks and frame.
+            task = self._task(worker, loop=loop, context=context.copy())
+        else:
+            task = loop.create_task(worker, context=context.copy())  # type: ignore[call-arg]
         self._tasks[key] = task
 
     def done(self, key: str) -> None:
@@ -218,13 +227,13 @@ class _TrioPool(_TaskPool):
         self._scopes: dict[str, Any] = {}
         self._event: Any = None
 
-    def spawn(self, key: str, fn: WorkerFn, arg: Invocation, context: Context) -> None:
-        context.run(self._nursery.start_soon, self._run, key, fn, arg)
+    def spawn(self, key: str, worker: Coroutine[Any, Any, None], context: Context) -> None:
+        context.run(self._nursery.start_soon, self._run, key, worker)
 
-    async def _run(self, key: str, fn: WorkerFn, arg: Invocation) -> None:
+    async def _run(self, key: str, worker: Coroutine[Any, Any, None]) -> None:
         with self._trio.CancelScope() as scope:
             self._scopes[key] = scope
-            await fn(arg)
+            await worker
         self._scopes.pop(key, None)
 
     def cancel(self, key: str) -> None:
@@ -293,8 +302,14 @@ class _Loop:
         self.inbox: list[Tick] = []
         self.waiting = False
         self.crash: Exception | None = None
+        # Whether a tick posted while the loop waits is reduced by the posting task: not
+        # in a durable run (it must commit first), nor after a crash.
+        self.drains_inline = not adapter.durable
         self.pool: _TaskPool = _TaskPool()
         self.run_step = adapter.run_step
+        self.spawn_context = adapter.spawn_context
+        self.post_tick: PostTick = self.post  # bound once: every worker gets them
+        self.report: ReportOutcome = self._report
 
     # -- feeding ticks -------------------------------------------------------------
 
@@ -307,12 +322,12 @@ class _Loop:
         """
         if self.exit is not None:
             return
+        if self.waiting and self.drains_inline:
+            self._drain_inline(tick)
+            return
         self.inbox.append(tick)
         if self.waiting:
-            if self.adapter.durable or self.crash is not None:
-                self.pool.wake()
-            else:
-                self._drain_inline()
+            self.pool.wake()
 
     async def run(self, start_event: Any) -> RunExit:
         self.adapter.bind(self.post)
@@ -435,27 +450,18 @@ class _Loop:
         self.adapter.publish(command)  # stands for the invocation's RUNNING state
         invocation = command.invocation
         self.pool.spawn(
-            invocation.invocation_id, self._worker, invocation, self.adapter.spawn_context
+            invocation.invocation_id,
+            self.run_step(invocation, self.post_tick, self.report),
+            self.spawn_context,
         )
 
-    async def _worker(self, invocation: Invocation) -> None:
-        """Run one invocation, then post its result (nothing if it was cancelled).
-
-        The adapter turns every step exception into an outcome; an exception escaping it
-        is a runtime bug, reported as this invocation's failure so the run ends instead of
-        waiting for a result that never comes.
-        """
-        outcome: StepOutcome
-        try:
-            outcome = await self.run_step(invocation, self.post)
-        except Exception as error:
-            outcome = Failed(error, None, time.time())
-        finally:
-            self.pool.done(invocation.invocation_id)
+    def _report(self, invocation: Invocation, outcome: StepOutcome) -> None:
+        """A worker's outcome (a cancelled worker reports none): post it as a tick."""
+        self.pool.done(invocation.invocation_id)
         self.post(StepResult(time.time(), invocation.step, invocation.invocation_id, outcome))
 
-    def _drain_inline(self) -> None:
-        """Reduce posted ticks in the posting task while the loop task sleeps.
+    def _drain_inline(self, tick: Tick) -> None:
+        """Reduce ``tick`` in the posting task while the loop task sleeps.
 
         Handing a tick to the sleeping loop costs a whole event-loop iteration; when the
         loop is idle-waiting (so nothing else is draining), the task that posted (a
@@ -463,20 +469,20 @@ class _Loop:
         reduces the ticks itself, which is safe because a drain never awaits.  The loop
         is woken only when it has something to do: the run ended, an idle check is due,
         or a timer it does not know about was scheduled.
+
+        The inbox is empty here: while the loop waits, every tick comes this way.
         """
         timers = len(self.heap)
         self.waiting = False
         try:
+            self._process(tick)
             # Commands never post, but a tick posted meanwhile must not be stranded.
-            inbox = self.inbox
-            while inbox and self.exit is None:
-                if len(inbox) == 1:  # the usual case: nothing to order
-                    self._process(inbox.pop())
-                else:
-                    self._take_available()
-                    self._drain()
+            while self.inbox and self.exit is None:
+                self._take_available()
+                self._drain()
         except Exception as error:  # a runtime bug: let the loop task raise it
             self.crash = error
+            self.drains_inline = False
         finally:
             self.waiting = True
         if self.exit is not None:

@@ -12,14 +12,15 @@ updates return a new version sharing everything that did not change:
   one path of at most ~7 small nodes, so they are O(log32 n).
 * :class:`PList` — an append-only cons list with its length; ``to_list()`` is O(n) and is
   called once, when a buffer is released.
+* :data:`EMPTY_MAPPING` — the shared empty default of the records' plain mappings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar, cast
 
-__all__ = ["PList", "PMap", "PQueue"]
+__all__ = ["EMPTY_MAPPING", "PList", "PMap", "PQueue"]
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -414,3 +415,35 @@ class PMap(Generic[K, V]):
 
 
 _EMPTY_MAP: PMap[Any, Any] = PMap()
+
+
+class _EmptyMapping(Mapping[Any, Any]):
+    """An immutable, hashable empty mapping: one instance is every record's empty default
+    (a ``default_factory`` would cost a check per field in every constructor call, and
+    the reducer builds a dozen records per tick).  Equal to ``{}``."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        raise KeyError(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return default
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "{}"
+
+    def __reduce__(self) -> str:
+        return "EMPTY_MAPPING"  # pickles as the module's one instance
+
+
+EMPTY_MAPPING: Mapping[Any, Any] = _EmptyMapping()

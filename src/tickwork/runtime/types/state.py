@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tickwork.runtime.types.persistent import PList, PMap, PQueue
+from tickwork.runtime.types.persistent import EMPTY_MAPPING, PList, PMap, PQueue
 from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.waiter_index import WaiterIndex
 
@@ -38,6 +38,16 @@ __all__ = [
     "Waiter",
     "WorkItem",
 ]
+
+# Shared empty defaults.  Every container of a record is immutable (persistent, or a
+# mapping nobody mutates), so one empty instance serves every record; a default_factory
+# would instead cost a check per field in every constructor call, and the reducer
+# builds a dozen records per tick.
+_EMPTY_MAP: PMap[Any, Any] = PMap()
+_EMPTY_LIST: PList[Any] = PList()
+_EMPTY_QUEUE: PQueue[Any] = PQueue()
+_NO_SLOTS = SlotPool()
+_NO_WAITERS = WaiterIndex()
 
 StepKind = Literal["plain", "join", "collect"]
 RunStatus = Literal["pending", "running", "completed", "failed", "timed_out", "cancelled"]
@@ -134,7 +144,7 @@ class WorkItem:
     event: Any
     bound_events: Mapping[str, Any] | None = None
     scope_path: tuple[str, ...] = ()
-    recovery_counts: Mapping[str, int] = field(default_factory=dict)
+    recovery_counts: Mapping[str, int] = EMPTY_MAPPING
     attempts: int = 0
     first_attempt_at: float | None = None
     last_exception: BaseException | None = None
@@ -151,8 +161,8 @@ class CollectBuffer:
     view has an older generation may be re-run (see ``reduce.py``).
     """
 
-    events: PList[Any] = field(default_factory=PList)
-    type_counts: Mapping[type, int] = field(default_factory=dict)
+    events: PList[Any] = _EMPTY_LIST
+    type_counts: Mapping[type, int] = EMPTY_MAPPING
     generation: int = 0
 
 
@@ -255,8 +265,8 @@ class Invocation:
     item: WorkItem
     dispatched_at: float
     received: SendIndexes = NO_SENDS
-    collect_view: Mapping[str, CollectBuffer] = field(default_factory=dict)
-    waiters_view: Mapping[str, Waiter] = field(default_factory=dict)
+    collect_view: Mapping[str, CollectBuffer] = EMPTY_MAPPING
+    waiters_view: Mapping[str, Waiter] = EMPTY_MAPPING
 
 
 @dataclass(slots=True)
@@ -276,7 +286,7 @@ class ReleaseState:
 
     binding_id: str
     stream_id: str
-    buffer: PList[Any] = field(default_factory=PList)
+    buffer: PList[Any] = _EMPTY_LIST
     released: bool = False
 
 
@@ -284,14 +294,14 @@ class ReleaseState:
 class StepRunState:
     """The per-run state of one step."""
 
-    queue: PQueue[WorkItem] = field(default_factory=PQueue)
-    in_progress: PMap[str, Invocation] = field(default_factory=PMap)
-    slots: SlotPool = field(default_factory=SlotPool)
-    collect_buffers: Mapping[str, CollectBuffer] = field(default_factory=dict)
-    join_buffer: PList[Any] = field(default_factory=PList)
-    join_counts: Mapping[type, int] = field(default_factory=dict)
-    waiters: PMap[str, Waiter] = field(default_factory=PMap)
-    waiters_by_item: PMap[str, frozenset[str]] = field(default_factory=PMap)
+    queue: PQueue[WorkItem] = _EMPTY_QUEUE
+    in_progress: PMap[str, Invocation] = _EMPTY_MAP
+    slots: SlotPool = _NO_SLOTS
+    collect_buffers: Mapping[str, CollectBuffer] = EMPTY_MAPPING
+    join_buffer: PList[Any] = _EMPTY_LIST
+    join_counts: Mapping[type, int] = EMPTY_MAPPING
+    waiters: PMap[str, Waiter] = _EMPTY_MAP
+    waiters_by_item: PMap[str, frozenset[str]] = _EMPTY_MAP
 
     @property
     def busy_slots(self) -> frozenset[int]:
@@ -314,9 +324,9 @@ class RunState:
     is_running: bool = False
     queued: int = 0
     running: int = 0
-    waiter_index: WaiterIndex = field(default_factory=WaiterIndex)
-    streams: PMap[str, StreamState] = field(default_factory=PMap)
-    releases: PMap[str, ReleaseState] = field(default_factory=PMap)
+    waiter_index: WaiterIndex = _NO_WAITERS
+    streams: PMap[str, StreamState] = _EMPTY_MAP
+    releases: PMap[str, ReleaseState] = _EMPTY_MAP
     stream_seq: int = 0
     work_item_seq: int = 0
     invocation_seq: int = 0

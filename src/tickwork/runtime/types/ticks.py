@@ -8,9 +8,10 @@ from these stamps, so folding the same ticks always gives the same state.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Union
 
+from tickwork.runtime.types.persistent import EMPTY_MAPPING
 from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.step_id import EmissionKey
 
@@ -46,7 +47,7 @@ class AddEvent:
     target_step: str | None = None
     emission_key: EmissionKey | None = None
     source_step: str | None = None
-    recovery_counts: Mapping[str, int] = field(default_factory=dict)
+    recovery_counts: Mapping[str, int] = EMPTY_MAPPING
 
 
 @dataclass(slots=True)
