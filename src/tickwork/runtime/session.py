@@ -11,6 +11,7 @@ would exist.
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import sys
 import time
@@ -30,7 +31,6 @@ from tickwork.runtime.event_stream import EventStream
 from tickwork.runtime.run_slots import RunSlots
 from tickwork.runtime.step_worker import StepInvoker, execute_invocation
 from tickwork.runtime.tracing import StepSpan, end_run_span, start_run_span, step_span
-from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.state import Invocation, RunConfig, RunState, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
 
@@ -117,6 +117,20 @@ class DoneFlag:
         await self._event.wait()
 
 
+class _Invokers(dict[str, StepInvoker]):
+    """Step name -> :class:`StepInvoker`, each built when first asked for (a dict
+    lookup per invocation once built)."""
+
+    def __init__(self, functions: Mapping[str, Callable[..., Any]], config: RunConfig) -> None:
+        super().__init__()
+        self._functions = functions
+        self._config = config
+
+    def __missing__(self, step: str) -> StepInvoker:
+        invoker = self[step] = StepInvoker(self._functions[step], self._config.steps[step])
+        return invoker
+
+
 class RunSession:
     """The in-process host of one run."""
 
@@ -163,13 +177,24 @@ class RunSession:
         self._cancel_scope: anyio.CancelScope | None = None
         self._limiters: dict[str, anyio.CapacityLimiter] = {}
         self._run_cache: dict[Any, Any] = {}
-        self._invokers: dict[str, StepInvoker] = {}
+        self.invokers = _Invokers(step_functions, config)
+        """The call plan of each step by name, built on first use."""
         self.run_span: Any = None
         self._journal_waiter: anyio.Event | None = None
         self.spawn_context = contextvars.copy_context()
         self._verbose = (
             workflow._verbose_printer() if getattr(workflow, "_verbose", False) else None
         )
+        # The loop's hot calls, bound once (no Python frame of our own in between).
+        self.publish: Callable[[Any], None] = (
+            self.stream.push if self._verbose is None else self._publish_verbosely
+        )
+        """Append to the run's stream (and print it when verbose)."""
+        self.run_step: Callable[..., Coroutine[Any, Any, None]] = functools.partial(
+            execute_invocation, self
+        )
+        """``run_step(invocation, post, report)``: the coroutine executing one invocation
+        (see :mod:`tickwork.runtime.step_worker`), handed to the loop as is."""
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -262,24 +287,10 @@ class RunSession:
             post(tick)
         self._early_ticks.clear()
 
-    def run_step(
-        self,
-        invocation: Invocation,
-        post: Callable[[Tick], None],
-        report: Callable[[Invocation, StepOutcome], None],
-    ) -> Coroutine[Any, Any, None]:
-        """Execute one invocation (see :mod:`tickwork.runtime.step_worker`).
-
-        Returns the coroutine itself rather than awaiting it in another frame: a worker
-        task is one coroutine over the step body.
-        """
-        return execute_invocation(self, invocation, post, report)
-
-    def publish(self, item: Any) -> None:
-        """Append to the run's stream."""
+    def _publish_verbosely(self, item: Any) -> None:
         self.stream.push(item)
-        if self._verbose is not None:
-            self._verbose.published(item)
+        assert self._verbose is not None
+        self._verbose.published(item)
 
     def processed(self, tick: Tick, state: RunState) -> None:
         """Remember the latest state; keep the journal when asked to."""
@@ -394,11 +405,3 @@ class RunSession:
             invocation.item.event,
             invocation.item.attempts,
         )
-
-    def invoker(self, step: str) -> StepInvoker:
-        """The cached call plan of ``step``."""
-        invoker = self._invokers.get(step)
-        if invoker is None:
-            invoker = StepInvoker(self.step_functions[step], self.config.steps[step])
-            self._invokers[step] = invoker
-        return invoker

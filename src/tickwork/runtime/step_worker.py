@@ -206,7 +206,7 @@ async def execute_invocation(
     outcome: StepOutcome
     try:
         scope = StepScope(session, invocation, post, threading.get_ident())
-        invoker = session.invoker(invocation.step)
+        invoker = session.invokers[invocation.step]
         span = session.step_span(invocation) if session.run_span is not None else None
         try:
             if invoker.direct:

@@ -85,7 +85,7 @@ def deliver_event(
     woken = NONE_WOKEN if tx.waiter_index.empty else resolve_waiters(tx, event)
     delivered = bool(woken)
     opened = 0
-    routes = (target,) if target is not None else tx.base.config.routes_for(type(event))
+    routes = (target,) if target is not None else tx.base.config.routes[type(event)]
     for step in routes:
         if step in woken:
             continue

@@ -211,7 +211,7 @@ def start_invocation(
         current = tx.steps[step]
     slot, slots = current.slots.acquire()
     waiters = current.waiters
-    item_waiters = current.waiters_by_item.get(item.work_item_id) if waiters else None
+    item_waiters = current.waiters_by_item.get(item.work_item_id) if waiters.size else None
     resumed = item.resume_identity
     if resumed is None:
         inv_id, received = tx.mint_invocation(), NO_SENDS
@@ -302,7 +302,7 @@ def finish_invocation(
     )
     tx.running -= 1
     if publish and not tx.quiet:
-        tx.emit(
+        tx.commands.append(
             PublishStepState(
                 invocation.step,
                 "not_running",

@@ -126,18 +126,15 @@ def reduce_all(state: RunState, ticks: Iterable[Tick]) -> RunState:
 def _apply(tx: Tx, tick: Tick) -> None:
     """One tick's phases, in order, on the accumulator."""
     tx.journal_seq += 1
-    if not isinstance(tick, SessionStart):
-        _accrue_alive_time(tx)
+    if not isinstance(tick, SessionStart):  # accrue the time since the last input
+        tx.elapsed_alive, tx.last_alive_stamp = _accrued(
+            tx.elapsed_alive, tx.last_alive_stamp, tx.now
+        )
     _PROCESSORS[type(tick)](tx, tick)
     if tx.touched_streams:
         close_finished_streams(tx)
     if not (tx.queued or tx.running or tx.idle_check_pending):
         _schedule_idle_check_if_quiescent(tx, tick)
-
-
-def _accrue_alive_time(tx: Tx) -> None:
-    """Add the time since the last processed input to the spent timeout budget."""
-    tx.elapsed_alive, tx.last_alive_stamp = _accrued(tx.elapsed_alive, tx.last_alive_stamp, tx.now)
 
 
 def _accrued(elapsed: float, last: float | None, now: float) -> tuple[float, float | None]:
@@ -275,28 +272,30 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
     if invocation is None:
         return
     outcome = tick.outcome
-    # Buffer changes take effect when the invocation completes: a suspended body runs
-    # again from the top and will make the same collect calls against the same view.
-    if isinstance(outcome, Completed) and outcome.collect_ops:
-        committed = commit_collect_ops(
-            tx.steps[tick.step].collect_buffers, invocation.collect_view, outcome.collect_ops
-        )
-        if committed is None:
-            _rerun_stale_invocation(tx, invocation)
-            return
-        tx.put_step(tick.step, replace(tx.steps[tick.step], collect_buffers=committed))
-    if isinstance(outcome, Suspended):
+    if type(outcome) is Completed:  # the usual outcome: one exact-type test
+        # Buffer changes take effect when the invocation completes: a suspended body
+        # runs again from the top and will make the same collect calls on the same view.
+        if outcome.collect_ops:
+            committed = commit_collect_ops(
+                tx.steps[tick.step].collect_buffers, invocation.collect_view, outcome.collect_ops
+            )
+            if committed is None:
+                _rerun_stale_invocation(tx, invocation)
+                return
+            tx.put_step(tick.step, replace(tx.steps[tick.step], collect_buffers=committed))
+        _apply_completion(tx, invocation, outcome)
+    elif isinstance(outcome, Suspended):
         finish_invocation(tx, invocation, publish=True, output=None)
         if outcome.deleted_waiters:
             delete_waiters(
                 tx, invocation.step, invocation.item.work_item_id, outcome.deleted_waiters
             )
         register_waiter(tx, invocation, outcome)
-    elif isinstance(outcome, Failed):
-        _apply_failure(tx, invocation, outcome)
     else:
-        _apply_completion(tx, invocation, outcome)
-    if tx.live and tx.steps[tick.step].queue:
+        assert isinstance(outcome, Failed)
+        _apply_failure(tx, invocation, outcome)
+    # Finalize: a slot was freed (tx.queued: no step has a queue, the usual case).
+    if tx.live and tx.queued and tx.steps[tick.step].queue:
         drain_queue(tx, tick.step)
 
 
@@ -320,7 +319,7 @@ def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> Non
         complete_run(tx, stop)
         return
     item = invocation.item
-    if tx.steps[invocation.step].waiters:  # the usual step has none: skip the call
+    if tx.steps[invocation.step].waiters.size:  # the usual step has none: skip the call
         delete_waiters(tx, invocation.step, item.work_item_id, None)
     if not is_list:
         opened = 0 if value is None else emit_event(tx, value, item)

@@ -84,18 +84,16 @@ class LoopAdapter(Protocol):
     def bind(self, post: PostTick) -> None:
         """Receive the function that feeds external ticks (sends, cancel) into the run."""
 
-    def run_step(
-        self, invocation: Invocation, post: PostTick, report: ReportOutcome
-    ) -> Coroutine[Any, Any, None]:
-        """A coroutine executing one invocation, ending with ``report(invocation, outcome)``.
+    run_step: Callable[[Invocation, PostTick, ReportOutcome], Coroutine[Any, Any, None]]
+    """``run_step(invocation, post, report)``: a coroutine executing one invocation and
+    ending with ``report(invocation, outcome)``.
 
-        Only cancellation may raise: a failing step, or a failure of the adapter itself,
-        is reported as a ``Failed`` outcome.  A cancelled invocation reports nothing.
-        """
-        ...
+    Only cancellation may raise: a failing step, or a failure of the adapter itself, is
+    reported as a ``Failed`` outcome.  A cancelled invocation reports nothing.
+    """
 
-    def publish(self, item: Any) -> None:
-        """Append an event (or a ``PublishStepState`` record) to the run's stream."""
+    publish: Callable[[Any], None]
+    """Append an event (or a step-state command) to the run's stream."""
 
     def processed(self, tick: Tick, state: RunState) -> None:
         """Called after each reduced tick with the new state (snapshots, journal)."""
@@ -307,6 +305,7 @@ class _Loop:
         self.drains_inline = not adapter.durable
         self.pool: _TaskPool = _TaskPool()
         self.run_step = adapter.run_step
+        self.publish = adapter.publish
         self.spawn_context = adapter.spawn_context
         self.post_tick: PostTick = self.post  # bound once: every worker gets them
         self.report: ReportOutcome = self._report
@@ -447,7 +446,7 @@ class _Loop:
     # -- commands ------------------------------------------------------------------
 
     def _run_worker(self, command: RunWorker) -> None:
-        self.adapter.publish(command)  # stands for the invocation's RUNNING state
+        self.publish(command)  # stands for the invocation's RUNNING state
         invocation = command.invocation
         self.pool.spawn(
             invocation.invocation_id,
@@ -503,7 +502,7 @@ class _Loop:
         self.adapter.publish(command.event)
 
     def _publish_step_state(self, command: PublishStepState) -> None:
-        self.adapter.publish(command)
+        self.publish(command)
 
     def _complete(self, command: CompleteRun) -> None:
         self.adapter.publish(terminal_event(command))

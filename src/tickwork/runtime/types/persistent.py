@@ -310,11 +310,13 @@ class PMap(Generic[K, V]):
     stable order (snapshots, commands) sort.
     """
 
-    __slots__ = ("_len", "_root")
+    __slots__ = ("_root", "size")
 
     def __init__(self, root: Any = None, length: int = 0) -> None:
         self._root = root
-        self._len = length
+        self.size = length
+        """The number of entries (read-only).  Hot paths test ``m.size`` rather than
+        ``bool(m)``: an attribute read costs no Python call."""
 
     @classmethod
     def of(cls, items: Iterable[tuple[K, V]] = ()) -> PMap[K, V]:
@@ -353,15 +355,15 @@ class PMap(Generic[K, V]):
         if type(root) is tuple:
             for index, (k, _) in enumerate(root):
                 if k is key or k == key:
-                    return PMap((*root[:index], (key, value), *root[index + 1 :]), self._len)
+                    return PMap((*root[:index], (key, value), *root[index + 1 :]), self.size)
             if len(root) < _SMALL:
-                return PMap((*root, (key, value)), self._len + 1)
+                return PMap((*root, (key, value)), self.size + 1)
             trie: Any = {}
             for k, v in root:
                 trie, _ = _set(trie, k, v, hash(k), 0)
             root = trie
         new_root, added = _set(root, key, value, hash(key), 0)
-        return PMap(new_root, self._len + (1 if added else 0))
+        return PMap(new_root, self.size + (1 if added else 0))
 
     def delete(self, key: K) -> PMap[K, V]:
         """A new map without ``key`` (the same map when it is absent)."""
@@ -373,10 +375,10 @@ class PMap(Generic[K, V]):
                 if k is key or k == key:
                     if len(root) == 1:
                         return _EMPTY_MAP
-                    return PMap(root[:index] + root[index + 1 :], self._len - 1)
+                    return PMap(root[:index] + root[index + 1 :], self.size - 1)
             return self
         new_root, removed = _delete(root, key, hash(key), 0)
-        return PMap(new_root, self._len - 1) if removed else self
+        return PMap(new_root, self.size - 1) if removed else self
 
     def items(self) -> Iterator[tuple[K, V]]:
         """The ``(key, value)`` pairs (insertion order when small, else hash order)."""
@@ -397,13 +399,13 @@ class PMap(Generic[K, V]):
         return self.keys()
 
     def __len__(self) -> int:
-        return self._len
+        return self.size
 
     def __bool__(self) -> bool:
-        return self._len > 0
+        return self.size > 0
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, PMap) or len(other) != self._len:
+        if not isinstance(other, PMap) or len(other) != self.size:
             return False
         return all(other.get(k, _MISSING) == v for k, v in self.items())
 

@@ -95,13 +95,29 @@ class BindingSpec:
         return event_type in self.element_types
 
 
+class _Routes(dict[type, tuple[str, ...]]):
+    """Event type -> the accepting steps, each entry computed when first asked for: a
+    pure function of the steps, so memoizing it never changes what the reducer does."""
+
+    def __init__(self, steps: Mapping[str, StepSpec]) -> None:
+        super().__init__()
+        self._steps = steps
+
+    def __missing__(self, event_type: type) -> tuple[str, ...]:
+        routes = self[event_type] = tuple(
+            name
+            for name, spec in self._steps.items()
+            if not spec.is_catch_error and spec.accepts(event_type)
+        )
+        return routes
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """The immutable part of a run's state, computed once per workflow instance.
 
-    ``exact_routes`` indexes the exact-matching steps by event type; subclass-mode steps
-    are checked separately.  ``_route_cache`` memoizes :meth:`routes_for`, a pure
-    function of the config, so it never changes what the reducer computes.
+    ``routes`` maps an event type to the names of the steps that accept it, in
+    declaration order (``@catch_error`` handlers excluded); it is filled on first use.
     """
 
     workflow_name: str
@@ -110,9 +126,10 @@ class RunConfig:
     catch_error_owner: Mapping[str, str] = field(default_factory=dict)
     bindings_by_producer: Mapping[str, tuple[BindingSpec, ...]] = field(default_factory=dict)
     bindings_by_id: Mapping[str, BindingSpec] = field(default_factory=dict)
-    _route_cache: dict[type, tuple[str, ...]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
+    routes: Mapping[type, tuple[str, ...]] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "routes", _Routes(self.steps))
 
     @property
     def step_order(self) -> tuple[str, ...]:
@@ -121,15 +138,7 @@ class RunConfig:
 
     def routes_for(self, event_type: type) -> tuple[str, ...]:
         """The names of the steps that accept ``event_type``, in declaration order."""
-        cached = self._route_cache.get(event_type)
-        if cached is None:
-            cached = tuple(
-                name
-                for name, spec in self.steps.items()
-                if not spec.is_catch_error and spec.accepts(event_type)
-            )
-            self._route_cache[event_type] = cached
-        return cached
+        return self.routes[event_type]
 
 
 @dataclass(slots=True)
