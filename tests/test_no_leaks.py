@@ -139,8 +139,13 @@ async def _settle() -> None:
         await anyio.sleep(0.01)
 
 
-async def _run_and_drop(mode: str) -> tuple[weakref.ref[Any], weakref.ref[Any], weakref.ref[Any]]:
-    wf = LeakFlow(timeout=0.2 if mode == "timeout" else 5)
+async def _run_and_drop(
+    mode: str, wf: LeakFlow | None = None
+) -> tuple[weakref.ref[Any], weakref.ref[Any], weakref.ref[Any]]:
+    """Run ``wf`` (default: a new workflow) in ``mode``; drop the handler (and the
+    workflow when made here); return weak references to the workflow, the handler and
+    the handler's Context."""
+    wf = wf or LeakFlow(timeout=0.2 if mode == "timeout" else 5)
     handler = wf.run(mode=mode)
     if mode == "cancel":
         await anyio.sleep(0.02)
@@ -321,3 +326,27 @@ async def test_an_unread_stream_keeps_step_states_but_not_the_exchanged_events()
         ("third", "RUNNING"),
         ("third", "NOT_RUNNING"),
     ]
+
+
+@pytest.mark.parametrize("mode", ["ok", "fanout", "wait", "stream"])
+async def test_a_finished_run_leaves_no_reference_cycle(mode: str) -> None:
+    """A finished run is freed by reference counting alone: no cycle of tickwork objects
+    waits for the garbage collector (a fan-in of n events used to leave n of them).
+    The workflow is kept: a workflow instance is long-lived and may hold cycles."""
+    workflow = LeakFlow(timeout=5)
+    _collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        refs = await _run_and_drop(mode, workflow)
+        await _settle()
+        gc.collect()
+        cyclic = [
+            type(obj).__qualname__
+            for obj in gc.garbage
+            if type(obj).__module__.startswith(("tickwork", "tests"))
+        ]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert cyclic == []
+    assert refs[1]() is None and refs[2]() is None  # the handler and its Context

@@ -20,6 +20,7 @@ import anyio
 from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import InternalDispatchEvent, StepState, StepStateChanged, StopEvent
 from tickwork.runtime.types.commands import PublishStepState, RunWorker
+from tickwork.runtime.types.step_id import WORKER_NAMES
 
 __all__ = ["EventStream", "materialize", "step_state_record"]
 
@@ -46,7 +47,8 @@ def _type_text(cls: type) -> str:
 def _running_record(command: RunWorker) -> StepStateRecord:
     invocation = command.invocation
     event_name = type(invocation.item.event).__name__
-    return (_RECORD, "running", invocation.step, str(invocation.worker_id), event_name, None)
+    worker = WORKER_NAMES[invocation.worker_id]
+    return (_RECORD, "running", invocation.step, worker, event_name, None)
 
 
 def _state_record(command: PublishStepState) -> StepStateRecord:

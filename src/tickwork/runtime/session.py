@@ -31,6 +31,7 @@ from tickwork.runtime.event_stream import EventStream
 from tickwork.runtime.run_slots import RunSlots
 from tickwork.runtime.step_worker import StepInvoker, execute_invocation
 from tickwork.runtime.tracing import StepSpan, end_run_span, start_run_span, step_span
+from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.state import Invocation, RunConfig, RunState, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
 
@@ -117,6 +118,16 @@ class DoneFlag:
         await self._event.wait()
 
 
+def _publish_and_print(stream: EventStream, printer: Any, item: Any) -> None:
+    """``publish`` of a verbose run."""
+    stream.push(item)
+    printer.published(item)
+
+
+def _drop(tick: Tick) -> None:
+    """The tick feed of a run that has ended."""
+
+
 class _Invokers(dict[str, StepInvoker]):
     """Step name -> :class:`StepInvoker`, each built when first asked for (a dict
     lookup per invocation once built)."""
@@ -185,16 +196,14 @@ class RunSession:
         self._verbose = (
             workflow._verbose_printer() if getattr(workflow, "_verbose", False) else None
         )
-        # The loop's hot calls, bound once (no Python frame of our own in between).
+        # Bound once, and to the stream rather than to the session: no Python frame of
+        # ours per published item, and no reference cycle through the session.
         self.publish: Callable[[Any], None] = (
-            self.stream.push if self._verbose is None else self._publish_verbosely
+            self.stream.push
+            if self._verbose is None
+            else functools.partial(_publish_and_print, self.stream, self._verbose)
         )
         """Append to the run's stream (and print it when verbose)."""
-        self.run_step: Callable[..., Coroutine[Any, Any, None]] = functools.partial(
-            execute_invocation, self
-        )
-        """``run_step(invocation, post, report)``: the coroutine executing one invocation
-        (see :mod:`tickwork.runtime.step_worker`), handed to the loop as is."""
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -239,6 +248,9 @@ class RunSession:
                 self.hard_aborted = True
                 end_run_span(self.run_span, None, None)
                 self.run_span = None
+            # Let go of the loop (its post method): the loop refers to this session,
+            # and an ended run must be freed by reference counting, not by the GC.
+            self._post = _drop
             self.stream.close()
             self.done.set()
             self._wake_journal_readers()
@@ -287,10 +299,15 @@ class RunSession:
             post(tick)
         self._early_ticks.clear()
 
-    def _publish_verbosely(self, item: Any) -> None:
-        self.stream.push(item)
-        assert self._verbose is not None
-        self._verbose.published(item)
+    def run_step(
+        self,
+        invocation: Invocation,
+        post: Callable[[Tick], None],
+        report: Callable[[Invocation, StepOutcome], None],
+    ) -> Coroutine[Any, Any, None]:
+        """The coroutine executing one invocation (see :mod:`tickwork.runtime.step_worker`),
+        returned as is: a worker task is one coroutine over the step body."""
+        return execute_invocation(self, invocation, post, report)
 
     def processed(self, tick: Tick, state: RunState) -> None:
         """Remember the latest state; keep the journal when asked to."""

@@ -130,6 +130,14 @@ class StepScope:
             self._context = self.session.make_step_context(self)
         return self._context
 
+    def close(self) -> None:
+        """The body returned: later calls are best-effort, and the scope lets go of its
+        ``Context``.  The Context refers back to the scope, and that cycle would keep
+        both (and the invocation, its buffers and views) alive until the garbage
+        collector ran, which made a fan-in of n events pay full collections."""
+        self.returned = True
+        self._context = None
+
     # -- plumbing ----------------------------------------------------------------
 
     def _hand_to_loop(self, tick: Tick) -> None:

@@ -245,7 +245,7 @@ async def execute_invocation(
             else:
                 outcome = Completed(value, scope.sends)
         finally:
-            scope.returned = True
+            scope.close()
     except Exception as error:
         outcome = Failed(error, None, time.time())
     report(invocation, outcome)

@@ -34,7 +34,7 @@ from tickwork.runtime.types.state import (
     Waiter,
     WorkItem,
 )
-from tickwork.runtime.types.step_id import invocation_id, work_item_id
+from tickwork.runtime.types.step_id import WORKER_NAMES, invocation_id, work_item_id
 from tickwork.runtime.types.waiter_index import WaiterIndex
 
 FRESH_STEP = StepRunState()
@@ -306,7 +306,7 @@ def finish_invocation(
             PublishStepState(
                 invocation.step,
                 "not_running",
-                str(invocation.worker_id),
+                WORKER_NAMES[invocation.worker_id],
                 type(invocation.item.event),
                 output,
                 has_output,

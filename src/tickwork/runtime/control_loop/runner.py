@@ -84,13 +84,15 @@ class LoopAdapter(Protocol):
     def bind(self, post: PostTick) -> None:
         """Receive the function that feeds external ticks (sends, cancel) into the run."""
 
-    run_step: Callable[[Invocation, PostTick, ReportOutcome], Coroutine[Any, Any, None]]
-    """``run_step(invocation, post, report)``: a coroutine executing one invocation and
-    ending with ``report(invocation, outcome)``.
+    def run_step(
+        self, invocation: Invocation, post: PostTick, report: ReportOutcome
+    ) -> Coroutine[Any, Any, None]:
+        """A coroutine executing one invocation, ending with ``report(invocation, outcome)``.
 
-    Only cancellation may raise: a failing step, or a failure of the adapter itself, is
-    reported as a ``Failed`` outcome.  A cancelled invocation reports nothing.
-    """
+        Only cancellation may raise: a failing step, or a failure of the adapter itself,
+        is reported as a ``Failed`` outcome.  A cancelled invocation reports nothing.
+        """
+        ...
 
     publish: Callable[[Any], None]
     """Append an event (or a step-state command) to the run's stream."""
@@ -307,8 +309,6 @@ class _Loop:
         self.run_step = adapter.run_step
         self.publish = adapter.publish
         self.spawn_context = adapter.spawn_context
-        self.post_tick: PostTick = self.post  # bound once: every worker gets them
-        self.report: ReportOutcome = self._report
 
     # -- feeding ticks -------------------------------------------------------------
 
@@ -450,7 +450,7 @@ class _Loop:
         invocation = command.invocation
         self.pool.spawn(
             invocation.invocation_id,
-            self.run_step(invocation, self.post_tick, self.report),
+            self.run_step(invocation, self.post, self._report),
             self.spawn_context,
         )
 

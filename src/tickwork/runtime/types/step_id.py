@@ -7,9 +7,10 @@ makes replay and resume reproducible.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 __all__ = [
+    "WORKER_NAMES",
     "EmissionKey",
     "invocation_id",
     "stream_id",
@@ -27,6 +28,19 @@ work_item_id: Callable[[int], str] = "wi-{}".format
 
 invocation_id: Callable[[int], str] = "inv-{}".format
 """The id of the ``seq``-th invocation of a run."""
+
+
+class _WorkerNames(dict[int, str]):
+    """Worker slot -> its name (``str(slot)``), one shared string per slot."""
+
+    def __missing__(self, slot: int) -> str:
+        name = self[slot] = str(slot)
+        return name
+
+
+WORKER_NAMES: Mapping[int, str] = _WorkerNames()
+"""The ``worker_id`` text of each worker slot.  Step-state records are buffered for the
+whole run, two per step execution: sharing the strings saves one allocation each."""
 
 
 def stream_id(scope_path: tuple[str, ...], step: str, seq: int) -> str:
