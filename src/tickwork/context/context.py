@@ -26,8 +26,8 @@ from tickwork.errors import ContextSerdeError, ContextStateError, WorkflowRuntim
 from tickwork.events import Event
 from tickwork.retry_policy import RetryInfo
 from tickwork.runtime.control_loop.reduce import initial_state
-from tickwork.runtime.session import RunSession, current_step_context
-from tickwork.runtime.step_scope import check_send_target
+from tickwork.runtime.session import RunSession
+from tickwork.runtime.step_scope import check_send_target, current_step_context
 from tickwork.runtime.types.evolve import evolve
 from tickwork.runtime.types.state import RunConfig, RunState
 

@@ -14,8 +14,8 @@ import contextvars
 import functools
 import logging
 import sys
+import threading
 import time
-import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
@@ -35,20 +35,9 @@ from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.state import Invocation, RunConfig, RunState, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
 
-__all__ = ["DoneFlag", "RunSession", "current_step_context", "detect_backend"]
+__all__ = ["DoneFlag", "RunSession", "detect_backend"]
 
 _log = logging.getLogger("tickwork.runtime")
-
-_CURRENT_STEP_CONTEXT: contextvars.ContextVar[weakref.ref[Any] | None] = contextvars.ContextVar(
-    "tickwork_step_context", default=None
-)
-
-
-def current_step_context() -> Any:
-    """The step-face Context of the invocation running in this task/thread, or ``None``."""
-    ref = _CURRENT_STEP_CONTEXT.get()
-    scope = ref() if ref is not None else None
-    return scope.context() if scope is not None else None
 
 
 def _unwrap(error: BaseException) -> BaseException:
@@ -193,6 +182,8 @@ class RunSession:
         self.run_span: Any = None
         self._journal_waiter: anyio.Event | None = None
         self.spawn_context = contextvars.copy_context()
+        self.loop_thread = threading.get_ident()
+        """The event loop's thread (``run()`` is called in it)."""
         self._verbose = (
             workflow._verbose_printer() if getattr(workflow, "_verbose", False) else None
         )
@@ -399,15 +390,6 @@ class RunSession:
             resources, run_cache=self._run_cache
         )
         return values
-
-    @staticmethod
-    def enter_step(scope: Any) -> None:
-        """Make ``scope`` the invocation ``Context.get_step_context()`` refers to (weakly).
-
-        Each invocation runs in its own task with its own copy of the contextvars, so
-        the value never needs resetting.
-        """
-        _CURRENT_STEP_CONTEXT.set(weakref.ref(scope))
 
     def step_span(self, invocation: Invocation) -> StepSpan | None:
         """The tracing span of one invocation (``None`` when tracing is off)."""

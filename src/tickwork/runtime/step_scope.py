@@ -9,11 +9,13 @@ the event loop and return once the run has accepted them.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -31,7 +33,14 @@ from tickwork.runtime.types.ticks import AddEvent, PublishEvent, Tick
 if TYPE_CHECKING:
     from tickwork.runtime.session import RunSession
 
-__all__ = ["StepScope", "Suspend", "check_send_target", "implicit_waiter_id"]
+__all__ = [
+    "CURRENT_SCOPE",
+    "StepScope",
+    "Suspend",
+    "check_send_target",
+    "current_step_context",
+    "implicit_waiter_id",
+]
 
 _log = logging.getLogger("tickwork.runtime")
 
@@ -84,6 +93,22 @@ def check_send_target(specs: Mapping[str, StepSpec], event: Any, step: str | Non
         raise WorkflowRuntimeError(
             f"send_event(step={step!r}): step {step!r} does not accept {type(event).__name__}"
         )
+
+
+CURRENT_SCOPE: contextvars.ContextVar[weakref.ref[StepScope] | None] = contextvars.ContextVar(
+    "tickwork_step_scope", default=None
+)
+"""The scope of the invocation running in this task (weakly), set when its body starts.
+
+Each invocation runs in its own task with its own copy of the contextvars, so the value
+never needs resetting; a weak reference, because tasks the body spawns copy it."""
+
+
+def current_step_context() -> Any:
+    """The step-face Context of the invocation running in this task/thread, or ``None``."""
+    ref = CURRENT_SCOPE.get()
+    scope = ref() if ref is not None else None
+    return scope.context() if scope is not None else None
 
 
 class StepScope:

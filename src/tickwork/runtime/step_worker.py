@@ -13,6 +13,7 @@ import functools
 import inspect
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ from tickwork._step_threads import step_thread
 from tickwork.errors import StepTimeoutError, WorkflowRuntimeError
 from tickwork.events import Event
 from tickwork.retry_policy import call_policy, retry_seed
-from tickwork.runtime.step_scope import StepScope, Suspend
+from tickwork.runtime.step_scope import CURRENT_SCOPE, StepScope, Suspend
 from tickwork.runtime.types.results import Completed, Failed, StepOutcome, Suspended
 from tickwork.runtime.types.state import Invocation, StepSpec
 from tickwork.runtime.types.ticks import Tick
@@ -74,6 +75,7 @@ class StepInvoker:
         "event_name",
         "fn",
         "is_async",
+        "list_only_types",
         "resources",
         "retry_policy",
         "spec",
@@ -85,6 +87,7 @@ class StepInvoker:
         self.fn = fn
         self.spec = spec
         self.is_async = inspect.iscoroutinefunction(fn)
+        self.list_only_types = spec.list_only_types
         self.timeout: float | None = config.timeout
         self.retry_policy = config.retry_policy
         self.event_name: str = config.event_name
@@ -124,7 +127,7 @@ def _bind_arguments(
 async def _run_body(
     session: RunSession, invocation: Invocation, invoker: StepInvoker, scope: StepScope
 ) -> Any:
-    session.enter_step(scope)
+    CURRENT_SCOPE.set(weakref.ref(scope))
     kwargs = _bind_arguments(invocation, invoker, scope)
     if invoker.resources:
         kwargs.update(await session.resolve_resources(invoker.resources))
@@ -205,16 +208,14 @@ async def execute_invocation(
     """
     outcome: StepOutcome
     try:
-        scope = StepScope(session, invocation, post, threading.get_ident())
+        scope = StepScope(session, invocation, post, session.loop_thread)
         invoker = session.invokers[invocation.step]
         span = session.step_span(invocation) if session.run_span is not None else None
         try:
             if invoker.direct:
-                session.enter_step(scope)
+                CURRENT_SCOPE.set(weakref.ref(scope))
                 value = await invoker.fn(**_bind_arguments(invocation, invoker, scope))
-                if not (
-                    isinstance(value, Event) and type(value) not in invoker.spec.list_only_types
-                ):
+                if not (isinstance(value, Event) and type(value) not in invoker.list_only_types):
                     check_return_value(invoker.spec, value)  # None, a list, or a wrong value
             elif invoker.timeout is None:
                 value = await _run_body(session, invocation, invoker, scope)
