@@ -121,6 +121,8 @@ class _Invokers(dict[str, StepInvoker]):
     """Step name -> :class:`StepInvoker`, each built when first asked for (a dict
     lookup per invocation once built)."""
 
+    __slots__ = ("_config", "_functions")
+
     def __init__(self, functions: Mapping[str, Callable[..., Any]], config: RunConfig) -> None:
         super().__init__()
         self._functions = functions
@@ -132,7 +134,46 @@ class _Invokers(dict[str, StepInvoker]):
 
 
 class RunSession:
-    """The in-process host of one run."""
+    """The in-process host of one run.
+
+    Slotted: a run that waits for a human keeps its session for as long as it waits, and
+    a slotted object is a fraction of an instance dict (past 30 attributes, an instance
+    dict stops sharing its keys and costs over a kilobyte).
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_cancel_scope",
+        "_early_ticks",
+        "_journal_waiter",
+        "_limiters",
+        "_post",
+        "_run_cache",
+        "_run_slots",
+        "_turn",
+        "_verbose",
+        "config",
+        "done",
+        "durable",
+        "exit",
+        "hard_aborted",
+        "invokers",
+        "journal",
+        "loop_thread",
+        "make_step_context",
+        "publish",
+        "run_id",
+        "run_span",
+        "serializer",
+        "spawn_context",
+        "start_event",
+        "state",
+        "step_functions",
+        "store",
+        "stream",
+        "workflow",
+        "writer",
+    )
 
     def __init__(
         self,
