@@ -149,11 +149,6 @@ class Tx:
         self.work_item_seq = seq + 1
         return work_item_id(seq)
 
-    def mint_invocation(self) -> str:
-        seq = self.invocation_seq
-        self.invocation_seq = seq + 1
-        return invocation_id(seq)
-
     @property
     def status(self) -> str:
         return self._status
@@ -213,8 +208,10 @@ def start_invocation(
     waiters = current.waiters
     item_waiters = current.waiters_by_item.get(item.work_item_id) if waiters.size else None
     resumed = item.resume_identity
-    if resumed is None:
-        inv_id, received = tx.mint_invocation(), NO_SENDS
+    if resumed is None:  # a new invocation: mint its id
+        seq = tx.invocation_seq
+        tx.invocation_seq = seq + 1
+        inv_id, received = invocation_id(seq), NO_SENDS
     else:
         (inv_id, received), item = resumed, replace(item, resume_identity=None)
     invocation = Invocation(
@@ -287,19 +284,32 @@ def finish_invocation(
     """Free the invocation's slot and (with ``publish``) publish its NOT_RUNNING."""
     step = invocation.step
     current = tx.steps[step]
-    tx.put_step(
-        step,
-        StepRunState(
-            current.queue,
-            current.in_progress.delete(invocation.invocation_id),
-            current.slots.release(invocation.worker_id),
-            current.collect_buffers,
-            current.join_buffer,
-            current.join_counts,
-            current.waiters,
-            current.waiters_by_item,
-        ),
-    )
+    if (
+        current.in_progress.size == 1
+        and current.queue is FRESH_STEP.queue
+        and current.collect_buffers is FRESH_STEP.collect_buffers
+        and current.join_buffer is FRESH_STEP.join_buffer
+        and current.join_counts is FRESH_STEP.join_counts
+        and current.waiters is FRESH_STEP.waiters
+        and current.waiters_by_item is FRESH_STEP.waiters_by_item
+    ):
+        # The step held nothing but this invocation (the usual case): it is fresh again,
+        # and the fresh state is shared instead of built.
+        tx.put_step(step, FRESH_STEP)
+    else:
+        tx.put_step(
+            step,
+            StepRunState(
+                current.queue,
+                current.in_progress.delete(invocation.invocation_id),
+                current.slots.release(invocation.worker_id),
+                current.collect_buffers,
+                current.join_buffer,
+                current.join_counts,
+                current.waiters,
+                current.waiters_by_item,
+            ),
+        )
     tx.running -= 1
     if publish and not tx.quiet:
         tx.commands.append(
