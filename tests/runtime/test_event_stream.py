@@ -70,3 +70,16 @@ def test_user_tuples_pass_through_untouched() -> None:
     stream = EventStream()
     stream.push(("a", "b", "c", "d", "e", "f"))  # six items, like a record, but not one
     assert materialize(stream._items[0]) == ("a", "b", "c", "d", "e", "f")
+
+
+def test_equal_step_state_changes_share_one_record() -> None:
+    stream = EventStream()
+    first, second = _run_worker(slot=2), _run_worker(slot=2)
+    assert first.invocation is not second.invocation
+    finished = PublishStepState("echo", "not_running", "2", Ping, Pong, True, Pong())
+    for command in (first, second, finished, finished, _run_worker(slot=5)):
+        stream.push(command)
+    running_a, running_b, done_a, done_b, other_slot = stream._items
+    assert running_a is running_b and done_a is done_b  # a pointer per change, no new tuple
+    assert other_slot is not running_a and materialize(other_slot).worker_id == "5"
+    assert materialize(running_b) == materialize(first)

@@ -44,18 +44,39 @@ def _type_text(cls: type) -> str:
     return str(cls)
 
 
+# Records are values: the same change of the same step in the same slot is one shared
+# tuple.  An unread stream then holds a pointer per change instead of a new tuple, and
+# publishing allocates nothing the garbage collector has to look at.  Bounded caches:
+# keys hold event classes, which must stay collectable when a program makes many.
+@lru_cache(maxsize=4096)
+def _running(step: str, worker_id: int, event_type: type) -> StepStateRecord:
+    return (_RECORD, "running", step, WORKER_NAMES[worker_id], event_type.__name__, None)
+
+
+@lru_cache(maxsize=4096)
+def _finished(
+    step: str, worker_id: str, input_type: type, output_type: type | None, has_output: bool
+) -> StepStateRecord:
+    output = _type_text(output_type) if has_output else None
+    return (_RECORD, "not_running", step, worker_id, _type_text(input_type), output)
+
+
 def _running_record(command: RunWorker) -> StepStateRecord:
     invocation = command.invocation
-    event_name = type(invocation.item.event).__name__
-    worker = WORKER_NAMES[invocation.worker_id]
-    return (_RECORD, "running", invocation.step, worker, event_name, None)
+    event_type = type(invocation.item.event)
+    # A class is hashable; the lru_cache stub asks for Hashable, which type[Any] is not.
+    return _running(invocation.step, invocation.worker_id, event_type)  # type: ignore[arg-type]
 
 
 def _state_record(command: PublishStepState) -> StepStateRecord:
     if command.state == "not_running":
-        output = _type_text(command.output_type) if command.has_output else None
-        input_name = _type_text(command.input_type)
-        return (_RECORD, "not_running", command.step, command.worker_id, input_name, output)
+        return _finished(
+            command.step,
+            command.worker_id,
+            command.input_type,
+            command.output_type,
+            command.has_output,
+        )
     input_name = command.input_type.__name__
     return (_RECORD, command.state, command.step, command.worker_id, input_name, None)
 
