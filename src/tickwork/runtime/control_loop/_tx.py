@@ -21,7 +21,7 @@ from tickwork.runtime.types.commands import (
     RunWorker,
 )
 from tickwork.runtime.types.evolve import evolve as replace
-from tickwork.runtime.types.persistent import PMap
+from tickwork.runtime.types.persistent import PMap, PQueue
 from tickwork.runtime.types.state import (
     NO_SENDS,
     Invocation,
@@ -191,16 +191,18 @@ def waiter_order(waiter: Waiter) -> str:
     return waiter.waiter_id
 
 
-def _has_free_slot(spec: StepSpec, step_state: StepRunState) -> bool:
-    return step_state.slots.busy < spec.num_workers
-
-
 def start_invocation(
-    tx: Tx, step: str, item: WorkItem, current: StepRunState | None = None
+    tx: Tx,
+    step: str,
+    item: WorkItem,
+    current: StepRunState | None = None,
+    queue: PQueue[WorkItem] | None = None,
 ) -> None:
     """Dispatch ``item`` to the smallest free slot: record the invocation, ask for a worker.
 
-    ``current`` is the step's state when the caller already holds it.
+    ``current`` is the step's state when the caller already holds it; ``queue`` is the
+    step's queue once ``item`` was taken from it (a drained item), so that the step's
+    new state is built once.
     """
     if current is None:
         current = tx.steps[step]
@@ -227,7 +229,7 @@ def start_invocation(
     tx.put_step(
         step,
         StepRunState(
-            current.queue,
+            current.queue if queue is None else queue,
             current.in_progress.set(inv_id, invocation),
             slots,
             current.collect_buffers,
@@ -255,22 +257,21 @@ def dispatch_or_queue(tx: Tx, step: str, item: WorkItem) -> None:
 
 def drain_queue(tx: Tx, step: str) -> None:
     """Fill free slots of ``step`` with the first eligible queued items, in order."""
-    spec = tx.spec(step)
+    workers = tx.spec(step).num_workers
     now = tx.now
+
+    def due(it: WorkItem) -> bool:
+        return it.not_before is None or it.not_before <= now
+
     while True:
         current = tx.steps[step]
-        if not current.queue:
+        if not current.queue or current.slots.busy >= workers:
             return
-        if not _has_free_slot(spec, current):
-            return
-        item, rest = current.queue.pop_first(
-            lambda it: it.not_before is None or it.not_before <= now
-        )
+        item, rest = current.queue.pop_first(due)
         if item is None:
             return
-        tx.put_step(step, replace(current, queue=rest))
         tx.queued += -1
-        start_invocation(tx, step, item)
+        start_invocation(tx, step, item, current, rest)
 
 
 def finish_invocation(
