@@ -569,6 +569,15 @@ async def test_distinct_runs_of_one_instance_run_concurrently() -> None:
     assert len({h.run_id for h in handlers}) == 3
 
 
+def test_generated_run_ids_are_ten_letters_or_digits_and_spread_over_the_alphabet() -> None:
+    from tickwork.workflow import _new_run_id
+
+    ids = [_new_run_id() for _ in range(2000)]
+    assert all(len(run_id) == 10 and run_id.isalnum() and run_id.isascii() for run_id in ids)
+    assert len(set(ids)) == len(ids)
+    assert len(set("".join(ids))) == 62  # every letter and digit shows up
+
+
 # ------------------------------------------------------------------- run(): resume and caching
 
 
@@ -644,6 +653,30 @@ async def test_validation_rerun_after_step_registry_changes() -> None:
     # The cached validation result is invalidated: the new step consumes an unproduced event.
     with pytest.raises(WorkflowValidationError, match="Orphan"):
         Local(timeout=5).run()
+
+
+async def test_an_instance_sees_steps_added_to_its_class_after_it_ran() -> None:
+    """The step table is cached per instance, until the class's registry changes."""
+    from tickwork.decorators import make_step_function
+
+    class Extended(Workflow):
+        @step
+        async def begin(self, ev: StartEvent) -> StopEvent:
+            return StopEvent(result="ok")
+
+    wf = Extended(timeout=5)
+    assert await wf.run() == "ok"
+    assert list(wf._get_steps()) == ["begin"]
+    assert wf._get_steps() is wf._get_steps()  # cached between runs
+
+    async def orphan_consumer(ev: Orphan) -> StopEvent:
+        return StopEvent()
+
+    make_step_function(orphan_consumer)
+    Extended.add_step(orphan_consumer)
+    assert list(wf._get_steps()) == ["begin", "orphan_consumer"]
+    with pytest.raises(WorkflowValidationError, match="Orphan"):
+        wf.run()
 
 
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")

@@ -42,6 +42,7 @@ _log = logging.getLogger("tickwork")
 
 _GRAPH_CHECKS = frozenset({"dead_end", "reachability", "terminal_event"})
 _ID_ALPHABET = string.ascii_letters + string.digits
+_ID_SPACE = len(_ID_ALPHABET) ** 10
 
 # Live runs by id, held weakly so a finished run leaves nothing behind.
 _LIVE_RUNS: weakref.WeakValueDictionary[str, RunSession] = weakref.WeakValueDictionary()
@@ -107,7 +108,13 @@ def _check_journal(journal: Any) -> Any:
 
 
 def _new_run_id() -> str:
-    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(10))
+    """Ten random letters and digits, drawn with one call to the OS's random source."""
+    number = secrets.randbelow(_ID_SPACE)
+    chars = []
+    for _ in range(10):
+        number, digit = divmod(number, 62)
+        chars.append(_ID_ALPHABET[digit])
+    return "".join(chars)
 
 
 class Workflow(metaclass=WorkflowMeta):
@@ -239,13 +246,23 @@ class Workflow(metaclass=WorkflowMeta):
     # -- steps ----------------------------------------------------------------------------
 
     def _get_steps(self) -> dict[str, Callable[..., Any]]:
-        """Step name -> callable: bound method steps, then free-function steps."""
+        """Step name -> callable: bound method steps, then free-function steps.
+
+        Discovery walks the class with ``inspect.getattr_static``, so the table is kept
+        until the class's step registry changes (``add_step``): every run asks for it.
+        Read-only for callers.
+        """
+        version = type(self)._registry_version
+        cached: tuple[int, dict[str, Callable[..., Any]]] | None = self.__dict__.get("_steps_cache")
+        if cached is not None and cached[0] == version:
+            return cached[1]
         out: dict[str, Callable[..., Any]] = {}
         for name, fn in discover_step_functions(type(self)).items():
             if name in type(self)._step_functions:
                 out[name] = fn
             else:
                 out[name] = getattr(self, name)
+        self._steps_cache = (version, out)
         return out
 
     @classmethod

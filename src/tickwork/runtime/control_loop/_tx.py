@@ -331,10 +331,11 @@ def cancel_all_workers(tx: Tx, keep_records: bool) -> list[str]:
     active: set[str] = set()
     for step in tx.base.steps:
         current = tx.steps[step]
-        for inv_id in sorted(current.in_progress, key=invocation_order):
-            tx.emit(CancelWorker(inv_id))
+        if current.in_progress.size:
+            for inv_id in sorted(current.in_progress, key=invocation_order):
+                tx.emit(CancelWorker(inv_id))
             active.add(step)
-        if not keep_records:
+        if not keep_records and current is not FRESH_STEP:
             tx.put_step(step, FRESH_STEP)
     if not keep_records:
         tx.queued = 0
