@@ -33,6 +33,7 @@ from tickwork.resource_checks import validate_step_resources
 from tickwork.runtime.config import build_run_config
 from tickwork.runtime.run_slots import RunSlots
 from tickwork.runtime.session import RunSession
+from tickwork.runtime.step_worker import StepInvokers
 from tickwork.runtime.types.state import RunConfig
 from tickwork.runtime.verbose import VerbosePrinter, choose_sink
 
@@ -325,6 +326,7 @@ class Workflow(metaclass=WorkflowMeta):
             self._run_config = build_run_config(
                 self.workflow_name, self._step_table, self._timeout, self._start_event_class
             )
+            self._invokers = StepInvokers(self._step_table, self._run_config)
             self._run_config_version = version
         return self._run_config
 
@@ -370,6 +372,7 @@ class Workflow(metaclass=WorkflowMeta):
             workflow=self,
             config=config,
             step_functions=self._step_table,
+            invokers=self._invokers,
             init_state=init,
             run_id=run_id,
             store=ctx.store,

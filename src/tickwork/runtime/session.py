@@ -117,22 +117,6 @@ def _drop(tick: Tick) -> None:
     """The tick feed of a run that has ended."""
 
 
-class _Invokers(dict[str, StepInvoker]):
-    """Step name -> :class:`StepInvoker`, each built when first asked for (a dict
-    lookup per invocation once built)."""
-
-    __slots__ = ("_config", "_functions")
-
-    def __init__(self, functions: Mapping[str, Callable[..., Any]], config: RunConfig) -> None:
-        super().__init__()
-        self._functions = functions
-        self._config = config
-
-    def __missing__(self, step: str) -> StepInvoker:
-        invoker = self[step] = StepInvoker(self._functions[step], self._config.steps[step])
-        return invoker
-
-
 class RunSession:
     """The in-process host of one run.
 
@@ -181,6 +165,7 @@ class RunSession:
         workflow: Any,
         config: RunConfig,
         step_functions: Mapping[str, Callable[..., Any]],
+        invokers: Mapping[str, StepInvoker],
         init_state: RunState,
         run_id: str,
         store: Any,
@@ -218,8 +203,8 @@ class RunSession:
         self._cancel_scope: anyio.CancelScope | None = None
         self._limiters: dict[str, anyio.CapacityLimiter] = {}
         self._run_cache: dict[Any, Any] = {}
-        self.invokers = _Invokers(step_functions, config)
-        """The call plan of each step by name, built on first use."""
+        self.invokers = invokers
+        """The call plan of each step by name (the workflow's, shared by its runs)."""
         self.run_span: Any = None
         self._journal_waiter: anyio.Event | None = None
         self.spawn_context = contextvars.copy_context()

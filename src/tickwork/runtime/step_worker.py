@@ -14,7 +14,7 @@ import inspect
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -26,13 +26,13 @@ from tickwork.events import Event
 from tickwork.retry_policy import call_policy, retry_seed
 from tickwork.runtime.step_scope import CURRENT_SCOPE, StepScope, Suspend
 from tickwork.runtime.types.results import Completed, Failed, StepOutcome, Suspended
-from tickwork.runtime.types.state import Invocation, StepSpec
+from tickwork.runtime.types.state import Invocation, RunConfig, StepSpec
 from tickwork.runtime.types.ticks import Tick
 
 if TYPE_CHECKING:
     from tickwork.runtime.session import RunSession
 
-__all__ = ["StepInvoker", "check_return_value", "execute_invocation"]
+__all__ = ["StepInvoker", "StepInvokers", "check_return_value", "execute_invocation"]
 
 
 def check_return_value(spec: StepSpec, value: Any) -> None:
@@ -99,6 +99,23 @@ class StepInvoker:
         # The common shape: an async body with no resources and no per-step timeout,
         # awaited right in execute_invocation (no extra coroutine layer).
         self.direct = self.is_async and not self.resources and self.timeout is None
+
+
+class StepInvokers(dict[str, StepInvoker]):
+    """Step name -> :class:`StepInvoker`, each built when first asked for: one table per
+    workflow instance and step registry, shared by all its runs (a dict lookup per
+    invocation once built)."""
+
+    __slots__ = ("_config", "_functions")
+
+    def __init__(self, functions: Mapping[str, Callable[..., Any]], config: RunConfig) -> None:
+        super().__init__()
+        self._functions = functions
+        self._config = config
+
+    def __missing__(self, step: str) -> StepInvoker:
+        invoker = self[step] = StepInvoker(self._functions[step], self._config.steps[step])
+        return invoker
 
 
 def _in_step_thread(scope: StepScope, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
