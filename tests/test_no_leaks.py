@@ -350,3 +350,29 @@ async def test_a_finished_run_leaves_no_reference_cycle(mode: str) -> None:
         gc.garbage.clear()
     assert cyclic == []
     assert refs[1]() is None and refs[2]() is None  # the handler and its Context
+
+
+def _tickwork_garbage() -> list[str]:
+    return [
+        type(obj).__qualname__
+        for obj in gc.garbage
+        if type(obj).__module__.startswith(("tickwork", "tests"))
+    ]
+
+
+async def test_retried_step_failures_leave_no_reference_cycle() -> None:
+    """A failure's traceback holds the worker's frame; the worker does not keep the
+    outcome (which holds the exception) in a local, so each retried failure is freed
+    by reference counting."""
+    workflow = RetryLeakFlow(timeout=5)
+    _collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        assert await workflow.run() == 3
+        await _settle()
+        gc.collect()
+        cyclic = _tickwork_garbage()
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert cyclic == []

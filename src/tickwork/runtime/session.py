@@ -253,13 +253,7 @@ class RunSession:
                 else:
                     await self._drive_in_slot(self._run_slots)
         except BaseException as raised:  # the task must never leak into the event loop
-            error = _unwrap(raised)
-            if self.exit is None and not isinstance(error, anyio.get_cancelled_exc_class()):
-                _log.error("run %s crashed", self.run_id, exc_info=error)
-                # Still exactly one terminal event: the stream must end with one.
-                failure = error if isinstance(error, Exception) else RuntimeError(str(error))
-                self.publish(WorkflowFailedEvent(step_name="<runtime>", exception=failure))
-                self.finish(RunExit("fail", exception=error, step_name="<runtime>"))
+            self._crashed(raised)
         finally:
             if self.exit is None:
                 self.hard_aborted = True
@@ -271,6 +265,20 @@ class RunSession:
             self.stream.close()
             self.done.set()
             self._wake_journal_readers()
+
+    def _crashed(self, raised: BaseException) -> None:
+        """The run's task raised: end the run with that error unless it already ended.
+
+        A frame of its own, so that no local of ``_host`` (whose frame the traceback
+        holds) keeps the exception.
+        """
+        error = _unwrap(raised)
+        if self.exit is None and not isinstance(error, anyio.get_cancelled_exc_class()):
+            _log.error("run %s crashed", self.run_id, exc_info=error)
+            # Still exactly one terminal event: the stream must end with one.
+            failure = error if isinstance(error, Exception) else RuntimeError(str(error))
+            self.publish(WorkflowFailedEvent(step_name="<runtime>", exception=failure))
+            self.finish(RunExit("fail", exception=error, step_name="<runtime>"))
 
     async def _drive_in_slot(self, slots: RunSlots) -> None:
         """Wait for this run's turn (its session has not started, nor its clock)."""

@@ -267,6 +267,9 @@ async def execute_invocation(
     except Exception as error:
         outcome = Failed(error, None, time.time())
     report(invocation, outcome)
+    # A failure's traceback holds this frame: drop the outcome (which holds the
+    # exception) so that the two do not keep each other alive for the GC to find.
+    del outcome
 
 
 def _completed_with_ops(value: Any, scope: StepScope) -> Completed:

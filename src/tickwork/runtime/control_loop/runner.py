@@ -567,5 +567,10 @@ async def control_loop(start_event: Any, init_state: RunState, run_id: str) -> A
     run_exit = await _Loop(adapter, init_state, run_id).run(start_event)
     if run_exit.kind == "complete":
         return run_exit.stop_event
-    assert run_exit.exception is not None
-    raise run_exit.exception
+    error = run_exit.exception
+    assert error is not None
+    del run_exit
+    try:
+        raise error
+    finally:
+        del error  # the traceback holds this frame: no cycle through a local
