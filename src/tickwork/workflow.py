@@ -371,7 +371,6 @@ class Workflow(metaclass=WorkflowMeta):
         session = RunSession(
             workflow=self,
             config=config,
-            step_functions=self._step_table,
             invokers=self._invokers,
             init_state=init,
             run_id=run_id,

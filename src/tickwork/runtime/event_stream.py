@@ -38,12 +38,6 @@ StepStateRecord = tuple[Any, str, str, str, str, "str | None"]
 """``(_RECORD, state, step, worker_id, input_event_name, output_event_name)``."""
 
 
-@lru_cache(maxsize=4096)
-def _type_text(cls: type) -> str:
-    """``str(cls)``, the form NOT_RUNNING records name their input and output types in."""
-    return str(cls)
-
-
 # Records are values: the same change of the same step in the same slot is one shared
 # tuple.  An unread stream then holds a pointer per change instead of a new tuple, and
 # publishing allocates nothing the garbage collector has to look at.  Bounded caches:
@@ -57,8 +51,9 @@ def _running(step: str, worker_id: int, event_type: type) -> StepStateRecord:
 def _finished(
     step: str, worker_id: str, input_type: type, output_type: type | None, has_output: bool
 ) -> StepStateRecord:
-    output = _type_text(output_type) if has_output else None
-    return (_RECORD, "not_running", step, worker_id, _type_text(input_type), output)
+    # NOT_RUNNING names its input and output types as ``str(cls)``.
+    output = str(output_type) if has_output else None
+    return (_RECORD, "not_running", step, worker_id, str(input_type), output)
 
 
 def _running_record(command: RunWorker) -> StepStateRecord:

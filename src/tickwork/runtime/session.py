@@ -152,7 +152,6 @@ class RunSession:
         "spawn_context",
         "start_event",
         "state",
-        "step_functions",
         "store",
         "stream",
         "workflow",
@@ -164,7 +163,6 @@ class RunSession:
         *,
         workflow: Any,
         config: RunConfig,
-        step_functions: Mapping[str, Callable[..., Any]],
         invokers: Mapping[str, StepInvoker],
         init_state: RunState,
         run_id: str,
@@ -178,7 +176,6 @@ class RunSession:
     ) -> None:
         self.workflow = workflow
         self.config = config
-        self.step_functions = step_functions
         self.state = init_state
         self.run_id = run_id
         self.store = store
