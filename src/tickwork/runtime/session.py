@@ -326,10 +326,11 @@ class RunSession:
         invocation: Invocation,
         post: Callable[[Tick], None],
         report: Callable[[Invocation, StepOutcome], None],
+        started: Callable[[str], None],
     ) -> Coroutine[Any, Any, None]:
         """The coroutine executing one invocation (see :mod:`tickwork.runtime.step_worker`),
         returned as is: a worker task is one coroutine over the step body."""
-        return execute_invocation(self, invocation, post, report)
+        return execute_invocation(self, invocation, post, report, started)
 
     def processed(self, tick: Tick, state: RunState) -> None:
         """Remember the latest state; keep the journal when asked to."""

@@ -215,8 +215,12 @@ async def execute_invocation(
     invocation: Invocation,
     post: Callable[[Tick], None],
     report: Callable[[Invocation, StepOutcome], None],
+    started: Callable[[str], None],
 ) -> None:
     """Run one invocation and hand its outcome to ``report``.  Only cancellation propagates.
+
+    ``started(invocation_id)`` is called first, before anything can suspend: the loop
+    waits for every dispatched worker to start before it reduces a result.
 
     The outcome is reported from here rather than returned, so that a worker task is this
     one coroutine over the step body.  An exception escaping the outcome's computation
@@ -224,6 +228,7 @@ async def execute_invocation(
     so the run ends instead of waiting for a result that never comes.
     """
     outcome: StepOutcome
+    started(invocation.invocation_id)
     try:
         scope = StepScope(session, invocation, post, session.loop_thread)
         invoker = session.invokers[invocation.step]

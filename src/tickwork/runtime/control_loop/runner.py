@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import heapq
+import logging
 import sys
 import time
 from collections import deque
@@ -31,6 +32,7 @@ from tickwork.runtime.types.commands import (
     Halt,
     PublishEvent,
     PublishStepState,
+    ReportDropped,
     RunWorker,
     ScheduleIdleCheck,
     ScheduleTimeout,
@@ -54,8 +56,11 @@ from tickwork.runtime.types.ticks import PublishEvent as PublishTick
 
 __all__ = ["LoopAdapter", "RunExit", "control_loop", "using_adapter"]
 
+_log = logging.getLogger("tickwork.runtime")
+
 PostTick = Callable[[Tick], None]
 ReportOutcome = Callable[[Invocation, StepOutcome], None]
+MarkStarted = Callable[[str], None]
 
 
 class RunExit:
@@ -85,10 +90,15 @@ class LoopAdapter(Protocol):
         """Receive the function that feeds external ticks (sends, cancel) into the run."""
 
     def run_step(
-        self, invocation: Invocation, post: PostTick, report: ReportOutcome
+        self,
+        invocation: Invocation,
+        post: PostTick,
+        report: ReportOutcome,
+        started: MarkStarted,
     ) -> Coroutine[Any, Any, None]:
         """A coroutine executing one invocation, ending with ``report(invocation, outcome)``.
 
+        It calls ``started(invocation.invocation_id)`` first thing, before the step body.
         Only cancellation may raise: a failing step, or a failure of the adapter itself,
         is reported as a ``Failed`` outcome.  A cancelled invocation reports nothing.
         """
@@ -305,6 +315,10 @@ class _Loop:
         # Whether a tick posted while the loop waits is reduced by the posting task: not
         # in a durable run (it must commit first), nor after a crash.
         self.drains_inline = not adapter.durable
+        # Invocations whose worker task has not begun yet.  While any has not, posted
+        # ticks wait for the loop task: every worker dispatched before a result is
+        # processed gets to start first (see :meth:`post`).
+        self.unstarted: set[str] = set()
         self.pool: _TaskPool = _TaskPool()
         self.run_step = adapter.run_step
         self.publish = adapter.publish
@@ -318,10 +332,16 @@ class _Loop:
         While the loop task sleeps, the posting task reduces the tick itself (see
         :meth:`_drain_inline`); a durable run must commit before acting, which only the
         loop task can await, so it is woken instead.
+
+        A tick posted while a dispatched worker has not started yet is left to the loop
+        task, which lets every such worker start before it reduces anything.  Results are
+        therefore processed as an event loop with a separate control task would process
+        them: two joins released together both run, even when the first one's result
+        ends the run (reducing it inline would cancel the second before it began).
         """
         if self.exit is not None:
             return
-        if self.waiting and self.drains_inline:
+        if self.waiting and self.drains_inline and not self.unstarted:
             self._drain_inline(tick)
             return
         self.inbox.append(tick)
@@ -340,6 +360,7 @@ class _Loop:
                 await self._drive()
             finally:
                 self.pool.cancel_all()
+                self.unstarted.clear()
         else:
             import trio
 
@@ -349,6 +370,7 @@ class _Loop:
                     await self._drive()
                 finally:
                     self.pool.cancel_all()
+                    self.unstarted.clear()
         assert self.exit is not None
         return self.exit
 
@@ -419,6 +441,8 @@ class _Loop:
                 await self.pool.wait(None)
         finally:
             self.waiting = False
+        while self.unstarted and self.exit is None:
+            await anyio.lowlevel.checkpoint()  # let dispatched workers begin first
         self._take_available()
 
     def _take_available(self) -> bool:
@@ -448,9 +472,11 @@ class _Loop:
     def _run_worker(self, command: RunWorker) -> None:
         self.publish(command)  # stands for the invocation's RUNNING state
         invocation = command.invocation
+        key = invocation.invocation_id
+        self.unstarted.add(key)
         self.pool.spawn(
-            invocation.invocation_id,
-            self.run_step(invocation, self.post, self._report),
+            key,
+            self.run_step(invocation, self.post, self._report, self.unstarted.discard),
             self.spawn_context,
         )
 
@@ -469,12 +495,18 @@ class _Loop:
         is woken only when it has something to do: the run ended, an idle check is due,
         or a timer it does not know about was scheduled.
 
-        The inbox is empty here: while the loop waits, every tick comes this way.
+        Ticks left in the inbox while a dispatched worker had not started come first, so
+        that ticks are reduced in the order they were posted.
         """
         timers = len(self.heap)
         self.waiting = False
         try:
-            self._process(tick)
+            if self.inbox:
+                self.inbox.append(tick)
+                self._take_available()
+                self._drain()
+            else:
+                self._process(tick)
             # Commands never post, but a tick posted meanwhile must not be stranded.
             while self.inbox and self.exit is None:
                 self._take_available()
@@ -496,6 +528,7 @@ class _Loop:
             self.pool.wake()
 
     def _cancel_worker(self, command: CancelWorker) -> None:
+        self.unstarted.discard(command.invocation_id)
         self.pool.cancel(command.invocation_id)
 
     def _publish(self, command: PublishEvent) -> None:
@@ -534,6 +567,17 @@ class _Loop:
     def _schedule_idle_check(self, command: ScheduleIdleCheck) -> None:
         self.idle_requested = True
 
+    def _report_dropped(self, command: ReportDropped) -> None:
+        origin = f"step {command.producer!r}" if command.producer else "the caller"
+        _log.warning(
+            "run %s: %s from %s reached no step and no waiter, and was dropped "
+            "(no step accepts it, and no wait_for_event() asked for it while the run "
+            "was busy)",
+            self.run_id,
+            command.event_type,
+            origin,
+        )
+
 
 # Command type -> the _Loop method that executes it (class level: no per-run dict).
 _HANDLERS: dict[type, Callable[[Any, Any], None]] = {
@@ -548,6 +592,7 @@ _HANDLERS: dict[type, Callable[[Any, Any], None]] = {
     ScheduleTimeout: _Loop._schedule_timeout,
     ScheduleWaiterTimeout: _Loop._schedule_waiter_timeout,
     ScheduleIdleCheck: _Loop._schedule_idle_check,
+    ReportDropped: _Loop._report_dropped,
 }
 
 
