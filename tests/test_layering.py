@@ -37,6 +37,7 @@ STREAMS = f"{CONTROL_LOOP}.streams"
 # obey the same rules (pure, below the runner, above streams and types).
 REDUCER_PHASES = (
     f"{CONTROL_LOOP}._tx",
+    f"{CONTROL_LOOP}._holding",
     f"{CONTROL_LOOP}._waiters",
     f"{CONTROL_LOOP}._routing",
 )

@@ -23,6 +23,7 @@ from tickwork.runtime.types.commands import (
     Halt,
     PublishEvent,
     PublishStepState,
+    ReportDropped,
     RunWorker,
     ScheduleIdleCheck,
     ScheduleTimeout,
@@ -136,6 +137,8 @@ def summary(commands: Iterable[Any]) -> list[tuple[Any, ...]]:
             out.append(("waiter_timeout", c.due_at, c.step, c.waiter_id))
         elif isinstance(c, ScheduleIdleCheck):
             out.append(("idle_check",))
+        elif isinstance(c, ReportDropped):
+            out.append(("dropped", c.event_type, c.producer))
         else:  # pragma: no cover - a new command type must be added here
             raise AssertionError(f"unknown command {c!r}")
     return out

@@ -28,7 +28,7 @@ from tickwork.events import (
 from tickwork.runtime.control_loop.reduce import reduce
 from tickwork.runtime.control_loop.streams import EMPTY_BUFFER, decide_collect
 from tickwork.runtime.event_stream import materialize
-from tickwork.runtime.types.commands import CancelWorker, PublishStepState, RunWorker
+from tickwork.runtime.types.commands import CancelWorker, Halt, PublishStepState, RunWorker
 from tickwork.runtime.types.persistent import PList, PMap
 from tickwork.runtime.types.results import Completed, Suspended, WaiterRequest
 from tickwork.runtime.types.state import Invocation, StepRunState
@@ -431,9 +431,8 @@ def test_resume_rearms_a_wakeup_for_every_pending_delayed_retry() -> None:
     assert ("wakeup", 1021.0, "flaky") in wakeups
 
 
-def test_resume_reruns_a_journaled_waiter_whose_requirements_were_not_recorded() -> None:
-    """api.md §23.1: requirements are not journaled; ``has_requirements`` is, and a
-    resume re-runs the step so that it registers them again."""
+def test_journaled_requirements_survive_the_journal_and_need_no_rerun() -> None:
+    """api.md §23.1: requirements the serializer can store are stored, in journals too."""
     from tickwork.runtime.journal_codec import decode_tick, encode_tick
 
     kit = ReducerKit(HitlFlow())
@@ -442,10 +441,45 @@ def test_resume_reruns_a_journaled_waiter_whose_requirements_were_not_recorded()
     request = WaiterRequest("w", Reply, {"n": 1}, None, None)
     tick = StepResult(kit.now, "ask", ask.invocation_id, Suspended(request))
     kit.feed(decode_tick(encode_tick(tick)))  # what folding the journal does
+    assert kit.state.steps["ask"].waiters["w"].requirements == {"n": 1}
     kit.cancel()
     out = kit.feed(SessionStart(kit.now, "run-2"))
-    # api.md §23.1: "on resume, the step of every waiter with requirements is re-run"
+    assert not started(out)
+    assert resolvable(kit, Reply(n=2)) == set()
+    assert resolvable(kit, Reply(n=1)) == {("ask", "w")}
+
+
+def test_resume_reruns_a_blind_waiter_and_holds_events_of_its_type_until_then() -> None:
+    """api.md §23.1 (revised): a waiter whose requirements were not stored matches
+    nothing until its step registers them again; events of its type wait meanwhile."""
+    kit = ReducerKit(HitlFlow())
+    kit.start()
+    (ask,) = kit.running("ask")
+    blind = WaiterRequest("w", Reply, None, None, None, has_requirements=True)
+    kit.feed(StepResult(kit.now, "ask", ask.invocation_id, Suspended(blind)))
+    assert kit.state.holdings.blind.size == 1 and not kit.state.waiter_index
+    kit.cancel()
+    out = kit.feed(SessionStart(kit.now, "run-2"))
+    # The step runs again so that it registers its requirements.
     assert summary(out)[:2] == [("running", "ask", "0"), ("run", "ask", ask.item.work_item_id, 0)]
+    (rerun,) = started(out)
+    # Replies arriving meanwhile are held, undelivered (audit accepts Reply too).
+    assert kit.send(Reply(n=2)) == []
+    assert kit.send(Reply(n=1)) == []
+    assert [h.event for h in kit.state.holdings.held] == [Reply(n=2), Reply(n=1)]
+    # The requirements are back, and the held events are judged in arrival order:
+    # n=2 is routed normally (ask and audit accept Reply), n=1 resolves the waiter (its
+    # work item is re-delivered to ask, which does not also get it as a trigger).
+    out = kit.suspend(rerun, Reply, "w", requirements={"n": 1})
+    runs = [(c[1], c[2]) for c in summary(out) if c[0] == "run"]
+    assert runs == [
+        ("ask", "wi-1"),
+        ("audit", "wi-2"),
+        ("ask", ask.item.work_item_id),
+        ("audit", "wi-3"),
+    ]
+    assert kit.state.steps["ask"].waiters["w"].resolved_event == Reply(n=1)
+    assert kit.state.holdings.blind.size == 0 and not kit.state.holdings.held
 
 
 def test_resume_dispatches_a_past_due_delayed_retry_at_once() -> None:
@@ -495,10 +529,17 @@ def test_a_targeted_send_reaches_only_its_target() -> None:
 def test_an_event_no_step_accepts_is_published_unhandled_with_the_idle_flag() -> None:
     kit = quiet(RoutingFlow())
     out = kit.send(Orphan(n=1))
-    assert summary(out) == [("publish", unhandled(Orphan, idle=True)), ("idle_check",)]
+    # Nothing could still wait for it: it is dropped (and reported) at once.
+    assert summary(out) == [
+        ("publish", unhandled(Orphan, idle=True)),
+        ("dropped", "Orphan", None),
+        ("idle_check",),
+    ]
     kit.send(A(n=1))  # three steps busy
     out = kit.send(Orphan(n=2))
+    # A busy step may still wait for it: kept, not dropped yet.
     assert summary(out) == [("publish", unhandled(Orphan, idle=False))]
+    assert [u.event for u in kit.state.holdings.unclaimed] == [Orphan(n=2)]
 
 
 def test_an_input_required_event_is_never_reported_unhandled() -> None:
@@ -914,7 +955,10 @@ def test_waiter_matching_is_exact_unless_the_step_is_in_subclass_mode() -> None:
     (ask,) = kit.running("ask")
     kit.suspend(ask, Reply, "w")
     out = kit.send(SubReply(n=1))
-    assert summary(out) == [("publish", unhandled(SubReply, idle=True))]
+    assert summary(out) == [
+        ("publish", unhandled(SubReply, idle=True)),
+        ("dropped", "SubReply", None),
+    ]
 
     kit.send(Base(n=1))
     (loose,) = kit.running("loose")
@@ -972,6 +1016,71 @@ def test_a_waiter_timeout_after_resolution_does_nothing() -> None:
     before = kit.state
     assert kit.waiter_timeout("ask", "w") == []
     assert kit.state.steps == before.steps
+
+
+def test_an_event_nobody_takes_while_steps_run_is_kept_for_a_waiter_still_to_come() -> None:
+    """api.md §23.1: an event sent before the step reached its ``wait_for_event`` (the
+    ordering of tasks decides that) resolves the waiter registered after it."""
+    kit = ReducerKit(HitlFlow())
+    kit.start()
+    (ask,) = kit.running("ask")
+    out = kit.send(Orphan(n=1))  # ask is still running: kept, not dropped
+    assert summary(out) == [("publish", unhandled(Orphan, idle=False))]
+    out = kit.suspend(ask, Orphan, "w")
+    # Registered and resolved by the kept event at once: the work item is re-delivered.
+    assert summary(out) == [
+        ("not_running", "ask", "0"),
+        ("running", "ask", "0"),
+        ("run", "ask", ask.item.work_item_id, 0),
+    ]
+    (rerun,) = started(out)
+    assert rerun.waiters_view["w"].resolved_event == Orphan(n=1)
+    (kept,) = kit.state.holdings.unclaimed
+    assert kept.taken_by == {ask.item.work_item_id}
+    # The same work item waiting again (another id) does not get it a second time; at
+    # quiescence it is forgotten without being reported (a waiter took it).
+    out = kit.suspend(rerun, Orphan, "w2")
+    assert "dropped" not in [c[0] for c in summary(out)]
+    assert not kit.state.holdings.unclaimed
+    assert kit.state.steps["ask"].waiters["w2"].resolved_event is None
+
+
+def test_kept_events_are_dropped_and_reported_once_the_run_is_quiescent() -> None:
+    kit = ReducerKit(HitlFlow())
+    kit.start()
+    (ask,) = kit.running("ask")
+    kit.send_from(ask, 0, Orphan(n=1))
+    out = kit.complete(ask, None, sends=1)
+    assert summary(out) == [
+        ("not_running", "ask", "0"),
+        ("dropped", "Orphan", "ask"),
+        ("idle_check",),
+    ]
+    assert kit.state.holdings.dropped == ("Orphan from step 'ask'",)
+    assert not kit.state.holdings.unclaimed
+
+
+def test_an_input_required_event_nobody_takes_is_neither_kept_nor_reported() -> None:
+    kit = ReducerKit(HitlFlow())
+    kit.start()
+    kit.send(Ask(n=1))
+    assert not kit.state.holdings.unclaimed
+
+
+def test_a_new_suspension_of_a_work_item_drops_its_other_pending_waiter() -> None:
+    """A body suspends at its first unresolved wait: a pending waiter the new pass did not
+    ask for again (changed code, or a new implicit id) must not hold the item back."""
+    kit = ReducerKit(HitlFlow())
+    kit.start()
+    (ask,) = kit.running("ask")
+    blind = WaiterRequest("old", Orphan, None, None, None, has_requirements=True)
+    kit.feed(StepResult(kit.now, "ask", ask.invocation_id, Suspended(blind)))
+    kit.cancel()
+    (rerun,) = started(kit.feed(SessionStart(kit.now, "run-2")))
+    kit.suspend(rerun, Orphan, "new", requirements={"n": 1})
+    assert set(kit.state.steps["ask"].waiters) == {"new"}
+    assert kit.state.holdings.blind.size == 0
+    assert resolvable(kit, Orphan(n=1)) == {("ask", "new")}
 
 
 def test_a_suspension_forgets_the_waiters_its_body_deleted() -> None:
@@ -1149,6 +1258,22 @@ def test_a_rerun_drops_a_member_the_buffer_no_longer_needs() -> None:
 # ----------------------------------------------------------------------------- timeout
 
 
+def test_a_timeout_names_the_pending_waiters_and_the_events_dropped_unclaimed() -> None:
+    """No silent hang: the message says what the run was waiting for and what it lost."""
+    kit = ReducerKit(HitlFlow())
+    kit.start()
+    (ask,) = kit.running("ask")
+    kit.suspend(ask, Reply, "w", requirements={"n": 7})
+    kit.send(Orphan(n=1))
+    kit.advance(45)
+    (halt,) = kit.timeout()
+    assert isinstance(halt, Halt) and isinstance(halt.exception, WorkflowTimeoutError)
+    message = str(halt.exception)
+    assert "no step was active" in message
+    assert "waiting for: Reply with {'n': 7} in step 'ask'" in message
+    assert "Orphan from the caller" in message
+
+
 def test_a_timeout_with_budget_left_rearms_for_the_remainder() -> None:
     kit = ReducerKit(ChainFlow())
     kit.start()
@@ -1238,11 +1363,15 @@ def test_one_idle_check_at_a_time_and_idle_only_if_still_quiescent() -> None:
     assert summary(out) == [("not_running", "begin", "0"), ("idle_check",)]
     assert kit.state.idle_check_pending
     # still quiescent, but a check is already pending
-    assert summary(kit.send(Orphan(n=1))) == [("publish", unhandled(Orphan, idle=True))]
+    assert summary(kit.send(Orphan(n=1))) == [
+        ("publish", unhandled(Orphan, idle=True)),
+        ("dropped", "Orphan", None),
+    ]
     assert summary(kit.idle_check()) == [("publish", WorkflowIdleEvent())]
     assert not kit.state.idle_check_pending
     assert summary(kit.send(Orphan(n=2))) == [
         ("publish", unhandled(Orphan, idle=True)),
+        ("dropped", "Orphan", None),
         ("idle_check",),
     ]
     kit.send(A(n=1))  # middle starts before the check runs

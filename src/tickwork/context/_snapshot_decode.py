@@ -11,12 +11,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from tickwork._serde_fields import load_exception
+from tickwork.context._requirements_codec import decode_requirements
 from tickwork.context.serializers import BaseSerializer
 from tickwork.errors import ContextSerdeError
 from tickwork.runtime.types.persistent import PList, PMap, PQueue
 from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.state import (
+    NO_HOLDINGS,
     CollectBuffer,
+    HeldEvent,
+    Holdings,
     Invocation,
     ReleaseState,
     RunConfig,
@@ -24,6 +28,7 @@ from tickwork.runtime.types.state import (
     SendIndexes,
     StepRunState,
     StreamState,
+    UnclaimedEvent,
     Waiter,
     WorkItem,
 )
@@ -134,7 +139,7 @@ class _Decoder:
             waiter_id=str(data["waiter_id"]),
             item=item,
             event_type=self.event_type(str(data["waiting_for_event"])),
-            requirements=None,
+            requirements=self.requirements(data.get("requirements")),
             waiter_event=self.event(data.get("waiter_event")),
             timeout=None if timeout is None else float(timeout),
             registered_alive=elapsed_alive - float(data.get("timeout_spent") or 0.0),
@@ -143,6 +148,41 @@ class _Decoder:
             timed_out=bool(data.get("timed_out", False)),
             has_requirements=bool(data.get("has_requirements", False)),
         )
+
+    def requirements(self, text: Any) -> dict[str, Any] | None:
+        try:
+            with self.ser.validation_context():
+                return decode_requirements(self.ser, text)
+        except Exception as error:
+            raise self.fail("a waiter's requirements could not be decoded", error) from error
+
+    def holdings(self, data: Any, blind: PMap[tuple[str, str], Waiter]) -> Holdings:
+        """The events kept for waiters still to come, and the blind waiters."""
+        self.where = "held_events"
+        data = data or {}
+        holdings = Holdings(
+            unclaimed=PList.of(
+                UnclaimedEvent(
+                    self.event(u["event"]), u.get("producer"), frozenset(u.get("taken_by") or ())
+                )
+                for u in data.get("unclaimed") or ()
+            ),
+            blind=blind,
+            held=PList.of(
+                HeldEvent(
+                    self.event(h["event"]),
+                    h.get("target"),
+                    dict(h.get("recovery_counts") or {}),
+                    tuple(h.get("scope_path") or ()),
+                    h.get("producer"),
+                )
+                for h in data.get("held") or ()
+            ),
+            dropped=tuple(str(d) for d in data.get("dropped") or ()),
+        )
+        if not (holdings.unclaimed or blind.size or holdings.held or holdings.dropped):
+            return NO_HOLDINGS
+        return holdings
 
     def worker(self, data: Mapping[str, Any], step: str, elapsed_alive: float) -> StepRunState:
         self.where = f"workers[{step!r}]"
@@ -204,13 +244,22 @@ def _check_version(data: Mapping[str, Any]) -> None:
         )
 
 
-def _waiter_index(steps: Mapping[str, StepRunState]) -> WaiterIndex:
+def _waiter_index(
+    steps: Mapping[str, StepRunState],
+) -> tuple[WaiterIndex, PMap[tuple[str, str], Waiter]]:
+    """The index of the pending waiters, and apart from it the blind ones (requirements
+    the snapshot could not store: they match nothing until registered again)."""
     index = WaiterIndex()
+    blind: PMap[tuple[str, str], Waiter] = PMap()
     for name, step in steps.items():
         for waiter in step.waiters.values():
-            if waiter.resolved_event is None and not waiter.timed_out:
+            if not waiter.pending:
+                continue
+            if waiter.blind:
+                blind = blind.set((name, waiter.waiter_id), waiter)
+            else:
                 index = index.add(waiter.event_type, waiter.requirements, (name, waiter.waiter_id))
-    return index
+    return index, blind
 
 
 _REQUIRED_WHEN_RUNNING = (
@@ -264,6 +313,8 @@ def decode_snapshot(data: Any, config: RunConfig, serializer: BaseSerializer) ->
             if running:
                 steps[name] = decoder.worker(worker, name, elapsed)
         streams, releases = _decode_streams(data, decoder) if running else (PMap(), PMap())
+        index, blind = _waiter_index(steps) if running else (WaiterIndex(), PMap())
+        holdings = decoder.holdings(data.get("held_events"), blind) if running else NO_HOLDINGS
     except ContextSerdeError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -277,7 +328,7 @@ def decode_snapshot(data: Any, config: RunConfig, serializer: BaseSerializer) ->
         is_running=running,
         queued=queued if running else 0,
         running=in_flight if running else 0,
-        waiter_index=_waiter_index(steps) if running else WaiterIndex(),
+        waiter_index=index,
         streams=streams,
         releases=releases,
         stream_seq=_int(data, "stream_seq"),
@@ -286,6 +337,7 @@ def decode_snapshot(data: Any, config: RunConfig, serializer: BaseSerializer) ->
         journal_seq=_int(data, "journal_seq"),
         elapsed_alive=elapsed,
         last_alive_stamp=data.get("last_alive_stamp"),
+        holdings=holdings,
     )
 
 

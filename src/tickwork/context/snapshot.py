@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tickwork._serde_fields import dump_exception, qualified_name
+from tickwork.context._requirements_codec import encode_requirements
 from tickwork.context._snapshot_decode import SNAPSHOT_VERSION, decode_snapshot
 from tickwork.context.serializers import BaseSerializer, JsonSerializer
 from tickwork.events import CollectionReleaseEvent
 from tickwork.runtime.types.persistent import PList, PMap, PQueue
 from tickwork.runtime.types.state import (
+    NO_HOLDINGS,
+    Holdings,
     Invocation,
     ReleaseState,
     RunState,
@@ -174,6 +177,7 @@ class _Encoder:
     """One pass over a run state, reading and updating a :class:`SnapshotCache`."""
 
     def __init__(self, serializer: BaseSerializer, cache: SnapshotCache) -> None:
+        self.ser = serializer
         self.serialize = serializer.serialize
         # Release events can be spliced from their members' texts (see _release_text)
         # when the serializer is the plain JSON one.
@@ -306,6 +310,7 @@ class _Encoder:
             "event": self.event(item.event),
             "waiting_for_event": qualified_name(waiter.event_type),
             "has_requirements": bool(waiter.requirements) or waiter.has_requirements,
+            "requirements": encode_requirements(self.ser, waiter.requirements),
             "resolved_event": self.event(waiter.resolved_event),
             "bound_events": (
                 {k: self.event(v) for k, v in item.bound_events.items()}
@@ -525,9 +530,35 @@ class _Encoder:
             frozenset(name for name, step in state.steps.items() if step.waiters),
         )
 
+    def holdings(self, holdings: Holdings) -> dict[str, Any]:
+        """The events kept for waiters still to come (api.md §23.1); rare, so not cached."""
+        return {
+            "unclaimed": [
+                {
+                    "event": self.event(u.event),
+                    "producer": u.producer,
+                    "taken_by": sorted(u.taken_by),
+                }
+                for u in holdings.unclaimed
+            ],
+            "held": [
+                {
+                    "event": self.event(h.event),
+                    "target": h.target,
+                    "recovery_counts": dict(h.recovery_counts),
+                    "scope_path": list(h.scope_path),
+                    "producer": h.producer,
+                }
+                for h in holdings.held
+            ],
+            "dropped": list(holdings.dropped),
+        }
+
     def snapshot(self, frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any]:
         """The snapshot of ``frame``, with the waiters (encoded anew: their time moves)."""
         snapshot = _assemble(frame, state_section)
+        if frame.state.holdings is not NO_HOLDINGS:
+            snapshot["held_events"] = self.holdings(frame.state.holdings)
         if frame.has_waiters:
             state = frame.state
             workers = snapshot["workers"]
@@ -648,7 +679,12 @@ def encode_snapshot(
     if cache.serializer is not serializer:
         cache.reset(serializer)
     frame = cache.frame
-    if frame is not None and frame.state is state and not frame.has_waiters:
+    if (
+        frame is not None
+        and frame.state is state
+        and not frame.has_waiters
+        and state.holdings is NO_HOLDINGS
+    ):
         # The same state record as last time: only the dicts are new.
         return _assemble(frame, state_section)
     encoder = _Encoder(serializer, cache)

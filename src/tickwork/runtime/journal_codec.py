@@ -4,9 +4,11 @@ A record is ``{"type": <tick kind>, "stamped_at": <epoch seconds>, ...}``.  Even
 stored in the serializer's record form (:meth:`BaseSerializer.to_record`: a model
 envelope dict for ``JsonSerializer``, text for other serializers), exceptions as
 ``{"exception_type", "exception_message"}`` dicts (api.md §4.9), event classes as
-qualified names.  Waiter requirements are not
-stored (they may not be serializable); ``has_requirements`` is.  The layout is versioned
-with the snapshot format.
+qualified names.  Waiter requirements are stored as serializer text, and must survive it
+unchanged: a replay has to resolve waiters exactly as the live run did, so a waiter whose
+requirements cannot be journaled makes the tick unjournalable (records of earlier
+versions carry only ``has_requirements``).  The layout is versioned with the snapshot
+format.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tickwork._serde_fields import dump_exception, load_exception, qualified_name
+from tickwork.context._requirements_codec import decode_requirements, encode_requirements
 from tickwork.context.serializers import BaseSerializer, JsonSerializer
 from tickwork.runtime.types.results import (
     CollectOp,
@@ -128,6 +131,7 @@ def _encode_outcome(outcome: StepOutcome, serializer: BaseSerializer) -> dict[st
         "waiter_id": request.waiter_id,
         "event_type": qualified_name(request.event_type),
         "has_requirements": bool(request.requirements) or request.has_requirements,
+        "requirements": encode_requirements(serializer, request.requirements, strict=True),
         "waiter_event": _event(request.waiter_event, serializer),
         "timeout": request.timeout,
         "collect_ops": [_encode_op(op, serializer) for op in outcome.collect_ops],
@@ -152,10 +156,12 @@ def _decode_outcome(data: dict[str, Any], serializer: BaseSerializer) -> StepOut
         request = WaiterRequest(
             waiter_id=data["waiter_id"],
             event_type=serializer.resolve_class(data["event_type"]),
-            requirements=None,
+            requirements=decode_requirements(serializer, data.get("requirements")),
             waiter_event=_load_event(data.get("waiter_event"), serializer),
             timeout=data.get("timeout"),
-            has_requirements=bool(data.get("has_requirements", False)),
+            # Records written before requirements were journaled replay as they did
+            # then (by type alone), so that their replay still agrees with their run.
+            has_requirements=bool(data.get("has_requirements", False)) and "requirements" in data,
         )
         return Suspended(request, sends, ops, deleted)
     raise ValueError(f"unknown step outcome kind {kind!r} in journal record")

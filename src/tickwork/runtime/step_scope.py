@@ -13,6 +13,7 @@ import contextvars
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 import weakref
@@ -53,10 +54,18 @@ class Suspend(BaseException):
         self.request = request
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _stable_repr(value: Any) -> str:
+    """``repr(value)`` without memory addresses, which differ between runs."""
+    return f"{type(value).__qualname__}:{_ADDRESS.sub('', repr(value))}"
+
+
 def _canonical(requirements: Mapping[str, Any] | None) -> str:
     if not requirements:
         return ""
-    return json.dumps(dict(sorted(requirements.items())), sort_keys=True, default=repr)
+    return json.dumps(dict(sorted(requirements.items())), sort_keys=True, default=_stable_repr)
 
 
 def implicit_waiter_id(

@@ -13,6 +13,12 @@ from tickwork.events import (
     InputRequiredEvent,
     UnhandledEvent,
 )
+from tickwork.runtime.control_loop._holding import (
+    blocks,
+    hold_back,
+    keep_unclaimed,
+    take_releasable,
+)
 from tickwork.runtime.control_loop._tx import (
     Tx,
     _log,
@@ -46,6 +52,7 @@ from tickwork.runtime.types.commands import (
 from tickwork.runtime.types.evolve import evolve as replace
 from tickwork.runtime.types.persistent import PList, PQueue
 from tickwork.runtime.types.state import (
+    HeldEvent,
     StepSpec,
     WorkItem,
 )
@@ -76,12 +83,19 @@ def deliver_event(
     target: str | None,
     recovery_counts: Mapping[str, int],
     scope_path: tuple[str, ...],
+    producer: str | None,
 ) -> int:
     """Resolve waiters, then route ``event`` to every accepting step (or ``target``).
 
-    Returns the number of new open work items this created in the event's stream
-    (dispatched or queued work items; buffered arrivals and woken waiters count 0).
+    ``producer`` is the step that returned or sent it (``None``: the caller).  Returns
+    the number of new open work items this created in the event's stream (dispatched or
+    queued work items, and an event held back for a blind waiter; buffered arrivals and
+    woken waiters count 0).  An event nothing took is kept for waiters still to come
+    (:mod:`._holding`).
     """
+    if tx.holdings.blind.size and blocks(tx.holdings.blind, event):
+        hold_back(tx, HeldEvent(event, target, recovery_counts, scope_path, producer))
+        return 1
     woken = NONE_WOKEN if tx.waiter_index.empty else resolve_waiters(tx, event)
     delivered = bool(woken)
     opened = 0
@@ -91,9 +105,25 @@ def deliver_event(
             continue
         opened += _route_to_step(tx, step, event, recovery_counts, scope_path)
         delivered = True
-    if not delivered:
+    if not delivered and not isinstance(event, InputRequiredEvent):
         _publish_unhandled(tx, event, target)
+        keep_unclaimed(tx, event, producer)
     return opened
+
+
+def release_held_events(tx: Tx) -> None:
+    """Deliver the held events no blind waiter blocks any more, in arrival order.
+
+    Each was one open work item of its stream while held; delivering it settles that.
+    """
+    for held in take_releasable(tx):
+        if not tx.live:
+            return
+        opened = deliver_event(
+            tx, held.event, held.target, held.recovery_counts, held.scope_path, held.producer
+        )
+        if held.scope_path:
+            settle_in_stream(tx, held.scope_path, "completed", deliveries=opened)
 
 
 def _route_to_step(
@@ -237,8 +267,6 @@ def _assign_slots(spec: StepSpec, buffer: tuple[Any, ...]) -> dict[str, int] | N
 
 
 def _publish_unhandled(tx: Tx, event: Any, target: str | None) -> None:
-    if isinstance(event, InputRequiredEvent):
-        return
     etype = type(event)
     idle = tx.queued == 0 and tx.running == 0
     tx.emit(
@@ -258,6 +286,7 @@ def emit_events(
     events: list[Any],
     recovery_counts: Mapping[str, int],
     scope_path: tuple[str, ...],
+    producer: str,
 ) -> int:
     """Publish HITL requests and route each event; returns the work items opened."""
     opened = 0
@@ -265,7 +294,7 @@ def emit_events(
         if isinstance(event, InputRequiredEvent):
             tx.emit(PublishEvent(event))
     for event in events:
-        opened += deliver_event(tx, event, None, recovery_counts, scope_path)
+        opened += deliver_event(tx, event, None, recovery_counts, scope_path, producer)
         if not tx.live:
             break
     return opened
@@ -275,7 +304,7 @@ def emit_event(tx: Tx, event: Any, source: WorkItem) -> int:
     """:func:`emit_events` for the one event a step returned (the usual case)."""
     if isinstance(event, InputRequiredEvent):
         tx.emit(PublishEvent(event))
-    return deliver_event(tx, event, None, source.recovery_counts, source.scope_path)
+    return deliver_event(tx, event, None, source.recovery_counts, source.scope_path, source.step)
 
 
 def settle_in_stream(

@@ -23,7 +23,9 @@ from tickwork.runtime.types.commands import (
 from tickwork.runtime.types.evolve import evolve as replace
 from tickwork.runtime.types.persistent import PMap, PQueue
 from tickwork.runtime.types.state import (
+    NO_HOLDINGS,
     NO_SENDS,
+    Holdings,
     Invocation,
     ReleaseState,
     RunState,
@@ -60,6 +62,7 @@ _SCALARS = (
     "elapsed_alive",
     "last_alive_stamp",
     "idle_check_pending",
+    "holdings",
 )
 
 
@@ -96,6 +99,7 @@ class Tx:
     elapsed_alive: float
     last_alive_stamp: float | None
     idle_check_pending: bool
+    holdings: Holdings
 
     def __init__(self, base: RunState, now: float) -> None:
         self.base = base
@@ -123,6 +127,7 @@ class Tx:
         self.elapsed_alive = base.elapsed_alive
         self.last_alive_stamp = base.last_alive_stamp
         self.idle_check_pending = base.idle_check_pending
+        self.holdings = base.holdings
 
     def put_step(self, name: str, value: StepRunState) -> None:
         own = self._own_steps
@@ -177,6 +182,7 @@ class Tx:
             self.elapsed_alive,
             self.last_alive_stamp,
             self.idle_check_pending,
+            self.holdings,
         )
 
 
@@ -343,6 +349,7 @@ def cancel_all_workers(tx: Tx, keep_records: bool) -> list[str]:
         tx.waiter_index = WaiterIndex()
         tx.streams = PMap()
         tx.releases = PMap()
+        tx.holdings = NO_HOLDINGS
     return sorted(active)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from tickwork.runtime.control_loop._holding import add_blind, remove_blind, take_unclaimed
 from tickwork.runtime.control_loop._tx import (
     Tx,
     dispatch_or_queue,
@@ -26,15 +27,12 @@ from tickwork.runtime.types.ticks import (
 
 
 def rerun_waiters_with_requirements(tx: Tx) -> None:
-    """Requirements are not stored; re-run their steps so they register them again."""
-    for step in sorted(tx.base.steps):
-        for waiter in sorted(tx.steps[step].waiters.values(), key=waiter_order):
-            if (
-                waiter.has_requirements
-                and waiter.requirements is None
-                and not (waiter.resolved_event is not None or waiter.timed_out)
-            ):
-                dispatch_or_queue(tx, step, waiter.item)
+    """Re-run the steps of blind waiters (requirements a snapshot could not store), so
+    that they register their requirements again; until then they match nothing."""
+    blind = tx.holdings.blind
+    if blind.size:
+        for step, _waiter_id in sorted(blind.keys()):
+            dispatch_or_queue(tx, step, blind[(step, _waiter_id)].item)
 
 
 def arm_waiter_timeouts(tx: Tx) -> None:
@@ -61,25 +59,38 @@ def resolve_waiters(tx: Tx, event: Any) -> AbstractSet[str]:
     # Sorted: the index iterates in hash order, and resolution order decides dispatch
     # order, which must not depend on the process (replay elsewhere must agree).
     for step, waiter_id in sorted(set(index.candidates(event))):
-        current = tx.steps[step]
-        waiter = current.waiters.get(waiter_id)
+        waiter = tx.steps[step].waiters.get(waiter_id)
         if waiter is None or not waiter.matches(event):
             continue
-        resolved = replace(waiter, resolved_event=event)
-        tx.put_step(step, replace(current, waiters=current.waiters.set(waiter_id, resolved)))
-        _unindex_waiter(tx, step, waiter)
-        dispatch_or_queue(tx, step, waiter.item)
+        _resolve(tx, step, waiter, event)
         woken.add(step)
     return woken
 
 
+def _resolve(tx: Tx, step: str, waiter: Waiter, event: Any) -> None:
+    """Resolve ``waiter`` with ``event`` and re-deliver its work item."""
+    current = tx.steps[step]
+    resolved = replace(waiter, resolved_event=event)
+    tx.put_step(step, replace(current, waiters=current.waiters.set(waiter.waiter_id, resolved)))
+    _unindex_waiter(tx, step, waiter)
+    dispatch_or_queue(tx, step, waiter.item)
+
+
 def _index_waiter(tx: Tx, step: str, waiter: Waiter) -> None:
+    """Make a pending waiter findable by the events that resolve it (a blind one is
+    tracked apart: it matches nothing, but holds back the events of its type)."""
+    if waiter.blind:
+        add_blind(tx, step, waiter)
+        return
     tx.waiter_index = tx.waiter_index.add(
         waiter.event_type, waiter.requirements, (step, waiter.waiter_id)
     )
 
 
 def _unindex_waiter(tx: Tx, step: str, waiter: Waiter) -> None:
+    if waiter.blind:
+        remove_blind(tx, step, waiter.waiter_id)
+        return
     tx.waiter_index = tx.waiter_index.remove(
         waiter.event_type, waiter.requirements, (step, waiter.waiter_id)
     )
@@ -103,6 +114,8 @@ def register_waiter(tx: Tx, invocation: Invocation, outcome: Suspended) -> None:
         has_requirements=bool(request.requirements) or request.has_requirements,
     )
     item_id = invocation.item.work_item_id
+    _forget_superseded(tx, step, item_id, request.waiter_id)
+    current = tx.steps[step]
     by_item = current.waiters_by_item.get(item_id, frozenset()) | {request.waiter_id}
     tx.put_step(
         step,
@@ -120,6 +133,23 @@ def register_waiter(tx: Tx, invocation: Invocation, outcome: Suspended) -> None:
             tx.emit(PublishEvent(request.waiter_event))
         if request.timeout is not None:
             tx.emit(ScheduleWaiterTimeout(tx.now + request.timeout, step, request.waiter_id))
+    if tx.holdings.unclaimed:  # an event it waits for may have come before it
+        kept = take_unclaimed(tx, item_id, waiter)
+        if kept is not None:
+            _resolve(tx, step, waiter, kept)
+
+
+def _forget_superseded(tx: Tx, step: str, item_id: str, waiter_id: str) -> None:
+    """A body suspends at its first unresolved wait, so a work item has at most one
+    pending waiter: one with another id was not asked for again by this pass (the step's
+    code changed, or a waiter restored blind got a new implicit id) and is dropped."""
+    ids = tx.steps[step].waiters_by_item.get(item_id)
+    if not ids or ids == {waiter_id}:
+        return
+    waiters = tx.steps[step].waiters
+    stale = tuple(wid for wid in sorted(ids) if wid != waiter_id and waiters[wid].pending)
+    if stale:
+        delete_waiters(tx, step, item_id, stale)
 
 
 def delete_waiters(tx: Tx, step: str, item_id: str, only: tuple[str, ...] | None) -> None:
@@ -166,3 +196,20 @@ def process_waiter_timeout(tx: Tx, tick: WaiterTimeout) -> None:
     )
     _unindex_waiter(tx, tick.step, waiter)
     dispatch_or_queue(tx, tick.step, waiter.item)
+
+
+def describe_pending_waiters(tx: Tx) -> str:
+    """The pending waiters of the run, for a timeout message: awaited type, requirements
+    and step, sorted (``""`` when there are none).  O(waiters)."""
+    described = []
+    for step in sorted(tx.base.steps):
+        for waiter in sorted(tx.steps[step].waiters.values(), key=waiter_order):
+            if not waiter.pending:
+                continue
+            what = waiter.event_type.__name__
+            if waiter.requirements:
+                what += f" with {dict(waiter.requirements)!r}"
+            elif waiter.blind:
+                what += " with requirements not registered again yet"
+            described.append(f"{what} in step {step!r}")
+    return ", ".join(described)

@@ -23,6 +23,7 @@ from tickwork.events import (
     WorkflowIdleEvent,
     WorkflowTimedOutEvent,
 )
+from tickwork.runtime.control_loop._holding import describe_dropped, drop_unclaimed
 from tickwork.runtime.control_loop._routing import (
     claim_emission,
     close_finished_streams,
@@ -31,6 +32,7 @@ from tickwork.runtime.control_loop._routing import (
     emit_event,
     emit_events,
     fail_stuck_stream,
+    release_held_events,
     settle_in_stream,
 )
 from tickwork.runtime.control_loop._tx import (
@@ -49,6 +51,7 @@ from tickwork.runtime.control_loop._tx import (
 from tickwork.runtime.control_loop._waiters import (
     arm_waiter_timeouts,
     delete_waiters,
+    describe_pending_waiters,
     process_waiter_timeout,
     register_waiter,
     rerun_waiters_with_requirements,
@@ -69,6 +72,7 @@ from tickwork.runtime.types.evolve import evolve as replace
 from tickwork.runtime.types.results import Completed, Failed, Suspended
 from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.state import (
+    NO_HOLDINGS,
     Invocation,
     RunState,
     WorkItem,
@@ -131,10 +135,15 @@ def _apply(tx: Tx, tick: Tick) -> None:
             tx.elapsed_alive, tx.last_alive_stamp, tx.now
         )
     _PROCESSORS[type(tick)](tx, tick)
+    if tx.holdings is not NO_HOLDINGS and tx.holdings.held:
+        release_held_events(tx)
     if tx.touched_streams:
         close_finished_streams(tx)
-    if not (tx.queued or tx.running or tx.idle_check_pending):
-        _schedule_idle_check_if_quiescent(tx, tick)
+    if not (tx.queued or tx.running):
+        if tx.holdings.unclaimed:  # nothing left that could still wait for them
+            drop_unclaimed(tx)
+        if not tx.idle_check_pending:
+            _schedule_idle_check_if_quiescent(tx, tick)
 
 
 def _accrued(elapsed: float, last: float | None, now: float) -> tuple[float, float | None]:
@@ -176,6 +185,7 @@ def _reduce_stream_write(state: RunState, tick: PublishTick) -> tuple[RunState, 
         elapsed,
         last,
         s.idle_check_pending,
+        s.holdings,
     )
     if state.status == "running" and tick.event is not None:
         return new_state, [PublishEvent(tick.event)]
@@ -260,7 +270,7 @@ def _process_add_event(tx: Tx, tick: AddEvent) -> None:
     """An event enters the run: claim its key, resolve waiters, route, report unhandled."""
     if not tx.live or not claim_emission(tx, tick):
         return
-    deliver_event(tx, tick.event, tick.target_step, tick.recovery_counts, ())
+    deliver_event(tx, tick.event, tick.target_step, tick.recovery_counts, (), tick.source_step)
 
 
 def _process_step_result(tx: Tx, tick: StepResult) -> None:
@@ -327,7 +337,7 @@ def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> Non
         _fan_out(tx, invocation, value)
         return
     else:
-        opened = emit_events(tx, value, item.recovery_counts, item.scope_path)
+        opened = emit_events(tx, value, item.recovery_counts, item.scope_path, item.step)
     if tx.live and item.scope_path:
         settle_in_stream(tx, item.scope_path, "completed", deliveries=opened)
 
@@ -350,7 +360,9 @@ def _fan_out(tx: Tx, invocation: Invocation, events: list[Any]) -> None:
     tx.streams = streams
     tx.releases = releases
     settle_in_stream(tx, item.scope_path, "fanned_out", new_bindings=len(bindings))
-    opened = emit_events(tx, events, item.recovery_counts, (*item.scope_path, new_stream))
+    opened = emit_events(
+        tx, events, item.recovery_counts, (*item.scope_path, new_stream), invocation.step
+    )
     if tx.live:
         count_open_work(tx, new_stream, opened)
 
@@ -431,15 +443,27 @@ def _process_timeout(tx: Tx, tick: Timeout) -> None:
         tx.emit(ScheduleTimeout(tx.now + remaining))
         return
     active = sorted(s for s in tx.base.steps if tx.steps[s].in_progress)
+    message = _timeout_message(tx, timeout, active)
     end_run(tx, "timed_out")
-    where = f"active steps: {', '.join(active)}" if active else "no step was active"
     tx.emit(
         Halt(
             "timeout",
-            WorkflowTimeoutError(f"Operation timed out after {timeout} seconds ({where})"),
+            WorkflowTimeoutError(message),
             WorkflowTimedOutEvent(timeout=timeout, active_steps=active),
         )
     )
+
+
+def _timeout_message(tx: Tx, timeout: float, active: list[str]) -> str:
+    """What a timed-out run was doing: active steps, pending waiters, dropped events."""
+    parts = [f"active steps: {', '.join(active)}" if active else "no step was active"]
+    waiting = describe_pending_waiters(tx)
+    if waiting:
+        parts.append(f"waiting for: {waiting}")
+    dropped = describe_dropped(tx.holdings)
+    if dropped:
+        parts.append(f"dropped because no step or waiter took them: {dropped}")
+    return f"Operation timed out after {timeout} seconds ({'; '.join(parts)})"
 
 
 def _process_cancel(tx: Tx, tick: CancelRun) -> None:

@@ -15,6 +15,7 @@ __all__ = [
     "Halt",
     "PublishEvent",
     "PublishStepState",
+    "ReportDropped",
     "RunWorker",
     "ScheduleIdleCheck",
     "ScheduleTimeout",
@@ -64,6 +65,17 @@ class PublishStepState:
     output_type: type | None = None
     has_output: bool = False
     event: Any = None
+
+
+@dataclass(slots=True)
+class ReportDropped:
+    """Log that an event reached no step and no waiter, and was dropped (api.md §19.1).
+
+    ``producer`` is the step that returned or sent it (``None``: the caller).
+    """
+
+    event_type: str
+    producer: str | None
 
 
 @dataclass(slots=True)
@@ -133,6 +145,7 @@ Command = Union[
     ScheduleTimeout,
     ScheduleWaiterTimeout,
     ScheduleIdleCheck,
+    ReportDropped,
 ]
 
 

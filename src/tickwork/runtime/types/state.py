@@ -25,6 +25,10 @@ from tickwork.runtime.types.waiter_index import WaiterIndex
 __all__ = [
     "BindingSpec",
     "CollectBuffer",
+    "HeldEvent",
+    "Holdings",
+    "NO_HOLDINGS",
+    "UnclaimedEvent",
     "ReleaseState",
     "StreamState",
     "Invocation",
@@ -192,18 +196,34 @@ class Waiter:
     has_requirements: bool = False
 
     def matches(self, event: Any) -> bool:
-        """Whether ``event`` resolves this waiter (type, then every requirement)."""
-        if self.resolved_event is not None or self.timed_out:
+        """Whether ``event`` resolves this waiter (type, then every requirement).
+
+        A blind waiter (see :attr:`blind`) matches nothing.
+        """
+        if self.resolved_event is not None or self.timed_out or self.blind:
             return False
-        etype = type(event)
-        if self.subclass_mode:
-            if not issubclass(etype, self.event_type):
-                return False
-        elif etype is not self.event_type:
+        if not self.awaits_type(type(event)):
             return False
         if self.requirements:
             return all(getattr(event, k, None) == v for k, v in self.requirements.items())
         return True
+
+    def awaits_type(self, event_type: type) -> bool:
+        """Whether events of ``event_type`` are of the awaited type (requirements aside)."""
+        if self.subclass_mode:
+            return issubclass(event_type, self.event_type)
+        return event_type is self.event_type
+
+    @property
+    def blind(self) -> bool:
+        """Its requirements exist but are unknown (a snapshot could not store them): until
+        its step runs again and registers them, it matches nothing (api.md §23.1)."""
+        return self.has_requirements and self.requirements is None
+
+    @property
+    def pending(self) -> bool:
+        """Neither resolved nor timed out."""
+        return self.resolved_event is None and not self.timed_out
 
 
 class SendIndexes:
@@ -319,6 +339,50 @@ class StepRunState:
 
 
 @dataclass(slots=True)
+class UnclaimedEvent:
+    """An added event that reached no step and no waiter, kept while the run is busy.
+
+    A step that is queued or running may still be about to wait for it: the event is
+    handed to each matching waiter registered before the run is quiescent again, once
+    per work item (``taken_by``), as if that waiter had existed when it arrived.
+    """
+
+    event: Any
+    producer: str | None
+    taken_by: frozenset[str] = frozenset()
+
+
+@dataclass(slots=True)
+class HeldEvent:
+    """An event held back, undelivered, while a blind waiter of its type exists.
+
+    It counts as one open work item in its innermost stream until it is delivered.
+    """
+
+    event: Any
+    target: str | None
+    recovery_counts: Mapping[str, int]
+    scope_path: tuple[str, ...]
+    producer: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Holdings:
+    """Events kept for waiters that are not registered (or not known) yet.
+
+    ``dropped`` describes the last events dropped unclaimed (for the timeout message).
+    """
+
+    unclaimed: PList[UnclaimedEvent] = _EMPTY_LIST
+    blind: PMap[tuple[str, str], Waiter] = _EMPTY_MAP
+    held: PList[HeldEvent] = _EMPTY_LIST
+    dropped: tuple[str, ...] = ()
+
+
+NO_HOLDINGS = Holdings()
+
+
+@dataclass(slots=True)
 class RunState:
     """Everything the reducer knows about one run.
 
@@ -343,6 +407,7 @@ class RunState:
     elapsed_alive: float = 0.0
     last_alive_stamp: float | None = None
     idle_check_pending: bool = False
+    holdings: Holdings = NO_HOLDINGS
 
     @property
     def quiescent(self) -> bool:
