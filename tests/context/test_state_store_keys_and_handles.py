@@ -7,6 +7,7 @@ on its path, except an object that cannot be copied, which it writes through in 
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
@@ -22,6 +23,7 @@ from tickwork.context.state_store import (
     DictState,
     InMemoryStateStore,
     apply_state_patch,
+    copy_state_for_edit,
     deserialize_state_from_dict,
     get_by_path,
     set_by_path,
@@ -184,6 +186,14 @@ def test_typed_models_and_objects_keep_attribute_access() -> None:
     assert callable(get_by_path(state, "obj.__init__"))
 
 
+def test_read_only_mappings_refuse_writes_naming_the_path() -> None:
+    state = DictState(_data={"p": MappingProxyType({"k": 1})})
+    with pytest.raises(ValueError, match=r"p\.k"):
+        set_by_path_copy(state, "p.k", 2)
+    with pytest.raises(ValueError, match=r"p\.k"):
+        set_by_path(state, "p.k", 2)
+
+
 # --- the store: get, set, sync view, edit_state, patches --------------------------------
 
 
@@ -236,3 +246,131 @@ async def test_edit_state_and_patches_with_method_named_keys() -> None:
     rebuilt = deserialize_state_from_dict(section, JsonSerializer())
     assert rebuilt.to_dict() == {"items": [1, 2], "keys": {"nested": 1}, "values": {"nested": 3}}
     assert get_by_path(rebuilt, "get", None) is None
+
+
+# --- writes through objects that cannot be copied ---------------------------------------
+
+
+def test_the_handle_cannot_be_copied_but_the_holder_can() -> None:
+    with pytest.raises(TypeError):
+        copy.copy(Handle())
+    with pytest.raises(TypeError):
+        copy.copy(threading.Lock())
+    holder = LockHolder()
+    assert copy.copy(holder).lock is holder.lock
+
+
+@pytest.mark.anyio
+async def test_set_writes_through_an_uncopyable_object() -> None:
+    handle = Handle()
+    kept = [1]
+    store = _store(a={"handle": handle}, kept=kept)
+    before = store.checkpoint()
+
+    await store.set("a.handle.x", 5)
+
+    assert await store.get("a.handle") is handle
+    assert handle.x == 5
+    assert await store.get("a.handle.x") == 5
+    # Nothing above the handle had to change: it already holds the handle.
+    assert store.checkpoint().state is before.state
+    assert await store.get("kept") is kept
+
+
+@pytest.mark.anyio
+async def test_set_copies_below_an_uncopyable_object() -> None:
+    handle = Handle()
+    old_inner = handle.inner
+    store = _store(a={"handle": handle})
+
+    await store.set("a.handle.inner.y", 1)
+
+    assert handle.inner is not old_inner
+    assert handle.inner == {"y": 1}
+    assert old_inner == {"y": 0}
+    assert await store.get("a.handle.inner.y") == 1
+
+
+@pytest.mark.anyio
+async def test_set_still_copies_copyable_objects() -> None:
+    holder = LockHolder()
+    a = {"holder": holder}
+    store = _store(a=a)
+    before = store.checkpoint()
+
+    await store.set("a.holder.x", 5)
+
+    new_holder = await store.get("a.holder")
+    assert new_holder is not holder
+    assert new_holder.lock is holder.lock
+    assert (new_holder.x, holder.x) == (5, 0)
+    assert await store.get("a") is not a
+    assert a == {"holder": holder}
+    assert store.checkpoint().state is not before.state
+
+
+@pytest.mark.anyio
+async def test_a_refused_write_through_changes_nothing() -> None:
+    class Sealed(Handle):
+        sealed = False
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            if self.sealed:
+                raise AttributeError(f"{name} is read-only")
+            super().__setattr__(name, value)
+
+    sealed = Sealed()
+    sealed.sealed = True
+    store = _store(a={"sealed": sealed, "other": 1})
+    before = store.checkpoint()
+    with pytest.raises(ValueError, match=r"a\.sealed\.x"):
+        await store.set("a.sealed.x", 5)
+    assert store.checkpoint().state is before.state
+    assert sealed.x == 0
+    assert await store.get("a") == {"sealed": sealed, "other": 1}
+
+
+def test_a_write_through_is_the_only_mutation() -> None:
+    # The frozen model above the handle could not take a new child; writing through the
+    # handle means it never has to, so the set succeeds and nothing is left half-done.
+    handle = Handle()
+    state = DictState(_data={"frozen": Frozen(handle=handle), "outer": {"h": handle}})
+    assert set_by_path_copy(state, "frozen.handle.x", 1) is state
+    assert handle.x == 1
+    assert set_by_path_copy(state, "outer.h.inner.y", 2) is state
+    assert handle.inner == {"y": 2}
+
+
+def test_set_by_path_copy_writes_through_uncopyable_mappings() -> None:
+    class Registry(dict[str, Any]):
+        def __copy__(self) -> Registry:
+            raise TypeError("registries are live")
+
+    registry = Registry(k=1)
+    state = DictState(_data={"registry": registry})
+    assert set_by_path_copy(state, "registry.k", 2) is state
+    assert registry == {"k": 2}
+
+
+@pytest.mark.anyio
+async def test_edit_state_shares_uncopyable_objects() -> None:
+    handle = Handle()
+    store = _store(handle=handle, n=0)
+    async with store.edit_state() as state:
+        assert state["handle"] is handle
+        state["n"] = 1
+    assert await store.get("n") == 1
+    assert copy_state_for_edit(DictState(_data={"h": handle})).to_dict()["h"] is handle
+
+
+@pytest.mark.anyio
+async def test_sync_view_writes_through_an_uncopyable_object() -> None:
+    handle = Handle()
+    store = _store(a={"handle": handle})
+
+    def sync_step() -> Any:
+        store.sync.set("a.handle.x", 9)
+        return store.sync.get("a.handle.x")
+
+    assert await anyio.to_thread.run_sync(_as_step(sync_step)) == 9
+    assert handle.x == 9

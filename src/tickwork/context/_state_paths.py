@@ -224,7 +224,12 @@ def _with_child(container: Any, segment: str, value: Any, path: str) -> Any:
         return (*container[:index], value, *container[index + 1 :])
     if isinstance(container, BaseModel):
         return _model_with_child(container, segment, value, path)
-    clone = copy.copy(container)
+    try:
+        clone = copy.copy(container)
+    except Exception:
+        # It cannot be copied (a lock, a live handle...): write through it in place. The
+        # caller sees ``container`` itself come back and stops copying there.
+        clone = container
     _assign(clone, segment, value, path)
     return clone
 
@@ -250,7 +255,11 @@ def set_by_path_copy(state: ModelT, path: str, value: Any) -> ModelT:
     Only the containers along the path are copied (shallowly); every other object is
     shared with ``state``. Cost: O(sum of the sizes of the containers on the path).
 
-    Raises ``ValueError`` like :func:`set_by_path`.
+    The exception is an object on the path that cannot be copied (``copy.copy`` raises,
+    as for a lock or a live handle, or hands back the object itself): it is written
+    through in place, and ``state`` itself is returned, since every container above that
+    object already holds it. That write is the only mutation and the last step, so when
+    it fails ``state`` is untouched. Raises ``ValueError`` like :func:`set_by_path`.
     """
     segments = _split_path(path)
     chain: list[Any] = [state]
@@ -267,8 +276,11 @@ def set_by_path_copy(state: ModelT, path: str, value: Any) -> ModelT:
         parent = chain[depth]
         if parent is _ABSENT:
             replacement = {segments[depth]: replacement}
-        else:
-            replacement = _with_child(parent, segments[depth], replacement, path)
+            continue
+        replacement = _with_child(parent, segments[depth], replacement, path)
+        if replacement is parent:
+            # Written through in place, so nothing above it changes.
+            return state
     result: ModelT = replacement
     return result
 
