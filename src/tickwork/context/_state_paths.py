@@ -7,6 +7,7 @@ contract. Everything here is a plain function over user objects: no locks, no I/
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -79,7 +80,11 @@ def _is_dynamic_key(model: BaseModel, segment: str) -> bool:
 def _child(container: Any, segment: str) -> Any:
     """One step down ``container``: dict key, list index, field, dynamic key, attribute.
 
-    Raises ``_Missing`` when there is no such child.
+    Dicts and other mappings are walked by key only, and so are ``DictLikeModel`` dynamic
+    keys: a key named like a method (``items``, ``get``, ``copy``...) is missing until it
+    is set, never the bound method. Attributes are reached on other objects only (and,
+    on a ``DictLikeModel``, for properties its class defines). Raises ``_Missing`` when
+    there is no such child.
     """
     if isinstance(container, dict):
         if segment in container:
@@ -90,19 +95,46 @@ def _child(container: Any, segment: str) -> Any:
     if isinstance(container, BaseModel):
         if segment in type(container).model_fields:
             return getattr(container, segment)
-        if isinstance(container, DictLikeModel) and segment in container._data:
-            return container._data[segment]
+        if isinstance(container, DictLikeModel):
+            return _dict_like_child(container, segment)
+    elif isinstance(container, Mapping):
+        if segment in container:
+            return container[segment]
+        raise _Missing
     try:
         return getattr(container, segment)
     except AttributeError:
         raise _Missing from None
 
 
+def _dict_like_child(model: DictLikeModel, segment: str) -> Any:
+    """``segment`` of a ``DictLikeModel`` that is not a declared field."""
+    # Read ``_data`` without creating it: a read must not change the committed object.
+    private = model.__pydantic_private__
+    data = private.get("_data") if private else None
+    if data and segment in data:
+        return data[segment]
+    if not _is_dynamic_key(model, segment):
+        try:
+            return getattr(model, segment)
+        except AttributeError:
+            raise _Missing from None
+    # An unset dynamic key. Only a property a subclass defines (``StopEvent.result``)
+    # stands in for it: the mapping and pydantic APIs are not values of the state.
+    if isinstance(getattr(type(model), segment, None), property) and not hasattr(
+        DictLikeModel, segment
+    ):
+        return getattr(model, segment)
+    raise _Missing
+
+
 def get_by_path(state: Any, path: str, default: Any = ...) -> Any:
     """The value at dotted ``path`` inside ``state`` (the live object, not a copy).
 
-    Segments walk dict keys, list indexes, declared fields, ``DictLikeModel`` dynamic
-    keys (before any attribute, so keys like ``items`` work) and plain attributes.
+    Segments walk dict and mapping keys, list indexes, declared fields, ``DictLikeModel``
+    dynamic keys and, on other objects, attributes. Dicts and dict-like states are
+    walked by key only, so a key named like a method (``items``, ``keys``, ``get``...)
+    that was never set is missing like any other.
     A missing segment returns ``default``, or raises ``ValueError`` naming the path when
     no default was given (``...`` means "no default").
     """
@@ -137,6 +169,15 @@ def _assign(container: Any, segment: str, value: Any, path: str) -> None:
         return
     if isinstance(container, BaseModel) and _is_dynamic_key(container, segment):
         container._data[segment] = value  # type: ignore[attr-defined]
+        return
+    if isinstance(container, Mapping) and not isinstance(container, BaseModel):
+        try:
+            container[segment] = value  # type: ignore[index]
+        except TypeError as err:
+            raise ValueError(
+                f"cannot set state path {path!r}: {type(container).__name__} is a read-only "
+                f"mapping ({err})"
+            ) from err
         return
     try:
         setattr(container, segment, value)
@@ -183,7 +224,12 @@ def _with_child(container: Any, segment: str, value: Any, path: str) -> Any:
         return (*container[:index], value, *container[index + 1 :])
     if isinstance(container, BaseModel):
         return _model_with_child(container, segment, value, path)
-    clone = copy.copy(container)
+    try:
+        clone = copy.copy(container)
+    except Exception:
+        # It cannot be copied (a lock, a live handle...): write through it in place. The
+        # caller sees ``container`` itself come back and stops copying there.
+        clone = container
     _assign(clone, segment, value, path)
     return clone
 
@@ -208,7 +254,12 @@ def set_by_path_copy(state: ModelT, path: str, value: Any) -> ModelT:
 
     Only the containers along the path are copied (shallowly); every other object is
     shared with ``state``. Cost: O(sum of the sizes of the containers on the path).
-    Raises ``ValueError`` like :func:`set_by_path`.
+
+    The exception is an object on the path that cannot be copied (``copy.copy`` raises,
+    as for a lock or a live handle, or hands back the object itself): it is written
+    through in place, and ``state`` itself is returned, since every container above that
+    object already holds it. That write is the only mutation and the last step, so when
+    it fails ``state`` is untouched. Raises ``ValueError`` like :func:`set_by_path`.
     """
     segments = _split_path(path)
     chain: list[Any] = [state]
@@ -225,8 +276,11 @@ def set_by_path_copy(state: ModelT, path: str, value: Any) -> ModelT:
         parent = chain[depth]
         if parent is _ABSENT:
             replacement = {segments[depth]: replacement}
-        else:
-            replacement = _with_child(parent, segments[depth], replacement, path)
+            continue
+        replacement = _with_child(parent, segments[depth], replacement, path)
+        if replacement is parent:
+            # Written through in place, so nothing above it changes.
+            return state
     result: ModelT = replacement
     return result
 
