@@ -463,6 +463,65 @@ async def test_stream_concurrent_readers_each_event_delivered_once() -> None:
     assert sum(isinstance(ev, StopEvent) for ev in merged) == 1
 
 
+class GatedFlow(Workflow):
+    """Publishes ``count`` Progress events at once, after the test opens the gate."""
+
+    gate: anyio.Event
+
+    @step
+    async def only(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await self.gate.wait()
+        for i in range(int(ev.get("count"))):
+            ctx.write_event_to_stream(Progress(n=i))
+        return StopEvent(result="gated")
+
+
+async def test_two_concurrent_consumers_share_the_stream_and_both_end() -> None:
+    """§25.3: concurrent readers are served one at a time and each event goes to one of
+    them; the reader that did not get the terminal event ends too (neither hangs)."""
+    workflow = GatedFlow(timeout=5)
+    workflow.gate = anyio.Event()
+    handler = workflow.run(count=20)
+    received: list[tuple[int, Event]] = []
+    finished: list[int] = []
+
+    async def consume(reader: int) -> None:
+        async for ev in handler.stream_events():
+            received.append((reader, ev))
+            await anyio.sleep(0.001)  # let the other reader take the next one
+        finished.append(reader)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consume, 0)
+            tg.start_soon(consume, 1)
+            await anyio.sleep(0.02)  # both readers wait for the first event
+            workflow.gate.set()
+    assert sorted(finished) == [0, 1]
+    # The union, in the order handed out, is the whole stream; each event once.
+    events = [ev for _, ev in received]
+    assert [type(ev) for ev in events] == [Progress] * 20 + [StopEvent]
+    assert [ev.n for ev in events[:20]] == list(range(20))
+    by_reader = {r: [ev for who, ev in received if who == r] for r in (0, 1)}
+    assert by_reader[0] and by_reader[1], "both readers were served"
+    assert sum(isinstance(ev, StopEvent) for ev in events) == 1
+    assert await handler == "gated"
+    # A consumer that comes after the stream was consumed is told so.
+    with pytest.raises(WorkflowRuntimeError, match="consumed"):
+        async for _ in handler.stream_events():
+            pass
+
+
+async def test_a_consumer_that_stops_at_the_terminal_event_has_consumed_the_stream() -> None:
+    handler = PlainFlow(timeout=5).run(progress=2)
+    async for ev in handler.stream_events():
+        if isinstance(ev, StopEvent):
+            break  # the loop never asks for more after the terminal event
+    with pytest.raises(WorkflowRuntimeError, match="consumed"):
+        async for _ in handler.stream_events():
+            pass
+
+
 async def test_stream_terminal_event_for_failure_and_timeout() -> None:
     failed = FailingFlow(timeout=5).run()
     events = [ev async for ev in failed.stream_events()]

@@ -6,13 +6,16 @@ Every async test runs under asyncio and trio (see ``conftest.py``).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import gc
 import time
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import anyio
 import pytest
+import sniffio
 
 from tickwork import (
     Context,
@@ -24,7 +27,9 @@ from tickwork import (
     Workflow,
     step,
 )
+from tickwork.errors import WorkflowRuntimeError
 from tickwork.handler import WorkflowHandler
+from tickwork.resource import Resource
 from tickwork.retry_policy import retry_policy, stop_after_attempt, wait_fixed
 
 pytestmark = pytest.mark.anyio
@@ -376,3 +381,146 @@ async def test_retried_step_failures_leave_no_reference_cycle() -> None:
         gc.set_debug(0)
         gc.garbage.clear()
     assert cyclic == []
+
+
+# ------------------------------------------------- callbacks that outlive the run (§19.3)
+
+# Test-global on purpose: what a step scheduled stays alive after its run has ended.
+_pinned: list[Any] = []
+_releases: list[Callable[[], None]] = []
+_step_contexts: list[weakref.ref[Any]] = []
+_late_lookups: list[str] = []
+
+
+def _late_lookup() -> None:
+    """A callback that asks for the step Context after its step (and run) ended."""
+    try:
+        Context.get_step_context()
+        _late_lookups.append("found")
+    except WorkflowRuntimeError:
+        _late_lookups.append("none")
+
+
+def _pin_callbacks() -> None:
+    """Schedule what copies the current contextvars and outlives the run."""
+    _pinned.append(contextvars.copy_context())
+    if sniffio.current_async_library() == "asyncio":
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        _pinned.append(loop.call_later(3600, _late_lookup))
+        _pinned.append(loop.call_soon(_late_lookup))
+    else:
+        import trio
+
+        release = trio.Event()
+
+        async def linger() -> None:
+            await release.wait()
+            _late_lookup()
+
+        trio.lowlevel.spawn_system_task(linger)
+        _releases.append(release.set)
+
+
+class RunResource:
+    """A ``scope="run"`` resource: the run's own, dropped with the run."""
+
+
+_run_resources: list[weakref.ref[RunResource]] = []
+
+
+def _run_resource() -> RunResource:
+    resource = RunResource()
+    _run_resources.append(weakref.ref(resource))
+    return resource
+
+
+async def _pinning_resource() -> int:
+    _pin_callbacks()  # runs while the invocation's resources are being resolved
+    return 4
+
+
+class PinningFlow(Workflow):
+    @step
+    async def start(
+        self,
+        ctx: Context,
+        ev: StartEvent,
+        shared: Annotated[RunResource, Resource(_run_resource, scope="run")],
+        base: Annotated[int, Resource(_pinning_resource, cache=False)],
+    ) -> Middle:
+        assert Context.get_step_context() is ctx
+        _step_contexts.append(weakref.ref(ctx))
+        _pin_callbacks()
+        await anyio.sleep(0.01)  # the run's loop waits on its timeout timer meanwhile
+        return Middle(value=base)
+
+    @step
+    def finish(self, ctx: Context, ev: Middle) -> StopEvent:
+        assert Context.get_step_context() is ctx
+        _step_contexts.append(weakref.ref(ctx))
+        _pinned.append(contextvars.copy_context())  # from the step's worker thread
+        return StopEvent(result=ev.value + 1)
+
+
+async def _run_pinning() -> dict[str, weakref.ref[Any]]:
+    workflow = PinningFlow(timeout=3600)
+    handler = workflow.run()
+    assert await handler == 5
+    return {
+        "workflow": weakref.ref(workflow),
+        "handler": weakref.ref(handler),
+        "handler Context": weakref.ref(handler.ctx),
+        "run session": weakref.ref(handler._session),
+        **{f"step Context {i}": ref for i, ref in enumerate(_step_contexts)},
+        **{f"run resource {i}": ref for i, ref in enumerate(_run_resources)},
+    }
+
+
+async def test_callbacks_scheduled_by_a_step_do_not_keep_the_run_alive(
+    anyio_backend: str,
+) -> None:
+    """Timers, tasks and context copies made inside a step (or by its resource factory)
+    hold the step's contextvars; tickwork's values there are weak, so once the run has
+    ended nothing of the run survives them, and a late ``get_step_context()`` finds no
+    step."""
+    for pinned in (_pinned, _releases, _step_contexts, _late_lookups, _run_resources):
+        pinned.clear()
+    head = None
+    if anyio_backend == "asyncio":
+        import asyncio
+
+        # A timer due before the run's own (cancelled) timeout timer keeps that one in
+        # the loop's heap, with the copy of the run task's contextvars it holds.
+        head = asyncio.get_running_loop().call_later(60, lambda: None)
+    try:
+        refs = await _run_pinning()
+        await _settle()
+        _collect()
+        assert len(_pinned) == 7 if anyio_backend == "asyncio" else 3
+        assert len(_step_contexts) == 2 and len(_run_resources) == 1
+        alive = [name for name, ref in refs.items() if ref() is not None]
+        assert alive == []
+        # The call_soon callbacks ran while their step was live, and saw its Context.
+        assert _late_lookups == (["found", "found"] if anyio_backend == "asyncio" else [])
+        _late_lookups.clear()
+        for pinned in _pinned:
+            if isinstance(pinned, contextvars.Context):
+                pinned.run(_late_lookup)
+        for release in _releases:
+            release()
+        await _settle()
+        assert _late_lookups == ["none"] * (5 if anyio_backend == "trio" else 3)
+    finally:
+        if head is not None:
+            head.cancel()
+        for release in _releases:
+            release()
+        for pinned in _pinned:
+            if hasattr(pinned, "cancel"):
+                pinned.cancel()
+        _pinned.clear()
+        _releases.clear()
+        _step_contexts.clear()
+        _run_resources.clear()

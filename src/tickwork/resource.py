@@ -58,6 +58,7 @@ import json
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -482,9 +483,20 @@ class _PendingCreation:
     done: anyio.Event
 
 
-_active_scope: ContextVar[_ResolutionScope | None] = ContextVar(
+# Weakly: the scope lives as long as its ``resolution_scope`` block, and a factory that
+# schedules a callback copies the contextvars, which must not keep the run's resources
+# (the run cache) alive past the resolution (api.md §19.3).
+_active_scope: ContextVar[weakref.ref[_ResolutionScope] | None] = ContextVar(
     "tickwork_resource_scope", default=None
 )
+
+
+def _current_scope() -> _ResolutionScope | None:
+    """The resolution scope open in this task, if any."""
+    ref = _active_scope.get()
+    return ref() if ref is not None else None
+
+
 # (manager id, cache key, resource name) of every resolution in progress in this task.
 _resolution_chain: ContextVar[tuple[tuple[int, Hashable, str], ...]] = ContextVar(
     "tickwork_resource_chain", default=()
@@ -521,14 +533,14 @@ class ResourceManager:
         outermost scope exits.  ``run_cache`` is the per-run dict for ``scope="run"``
         values; a nested scope without one inherits the enclosing scope's.
         """
-        outer = _active_scope.get()
+        outer = _current_scope()
         if outer is not None and outer.manager is self:
             scope = _ResolutionScope(
                 self, outer.memo, run_cache if run_cache is not None else outer.run_cache
             )
         else:
             scope = _ResolutionScope(self, run_cache=run_cache)
-        token = _active_scope.set(scope)
+        token = _active_scope.set(weakref.ref(scope))
         try:
             yield
         finally:
@@ -544,7 +556,7 @@ class ResourceManager:
         whatever the factory (or config loading) raises.
         """
         with self.resolution_scope(run_cache):
-            scope = _active_scope.get()
+            scope = _current_scope()
             assert scope is not None
             return await self._resolve(descriptor, scope)
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gc
 
-from tickwork import Event
+import anyio
+import pytest
+
+from tickwork import Event, StopEvent
 from tickwork.events import StepState, StepStateChanged
 from tickwork.runtime.event_stream import EventStream, materialize, step_state_record
 from tickwork.runtime.types.commands import PublishStepState, RunWorker
@@ -83,3 +86,28 @@ def test_equal_step_state_changes_share_one_record() -> None:
     assert running_a is running_b and done_a is done_b  # a pointer per change, no new tuple
     assert other_slot is not running_a and materialize(other_slot).worker_id == "5"
     assert materialize(running_b) == materialize(first)
+
+
+@pytest.mark.anyio
+async def test_a_waiting_reader_ends_when_another_takes_the_terminal_event() -> None:
+    """The run's task closes the stream only once it has wound down; a reader waiting
+    for more must not wait for that when another reader took the terminal event."""
+    stream = EventStream()  # never closed in this test
+    waited: list[Event] = []
+    ended = anyio.Event()
+
+    async def waiting_reader() -> None:
+        async for ev in stream.iterate(expose_internal=False):
+            waited.append(ev)
+        ended.set()
+
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiting_reader)
+            await anyio.sleep(0.01)  # it waits for the first item
+            stream.push(StopEvent(result=1))
+            taker = stream.iterate(expose_internal=False)
+            terminal = await taker.__anext__()  # taken before the waiting reader runs
+            await ended.wait()
+    assert isinstance(terminal, StopEvent) and waited == []
+    assert stream.consumed and not stream.drained  # consumed, though not closed yet

@@ -167,9 +167,14 @@ class EventStream:
         return self._closed and self._cursor >= len(self._items)
 
     async def next_item(self) -> tuple[bool, Any]:
-        """The next unread item, waiting for one; ``(False, None)`` at the end."""
+        """The next unread item, waiting for one; ``(False, None)`` at the end.
+
+        The end is the stream's close, or a reader taking the terminal event: a
+        concurrent reader waiting for more then ends too, without waiting for the run's
+        task to finish (nothing is published after the terminal event).
+        """
         while self._cursor >= len(self._items):
-            if self._closed:
+            if self._closed or self.consumed:
                 return False, None
             if self._changed is None:
                 self._changed = anyio.Event()
@@ -184,7 +189,9 @@ class EventStream:
     ) -> AsyncIterator[Any]:
         """Yield events until (and including) the first ``StopEvent``.
 
-        With ``consumed_error``, a stream whose terminal event was already handed out
+        Concurrent iterations share the cursor: each event goes to one of them, and
+        when one takes the terminal event the others end (api.md §25.3).  With
+        ``consumed_error``, a stream whose terminal event was already handed out
         raises ``WorkflowRuntimeError`` with that message instead of ending at once.
         """
         if consumed_error is not None and self.consumed:
@@ -203,7 +210,10 @@ class EventStream:
             if not expose_internal and _is_internal(item):
                 continue
             event = materialize(item)
-            yield event
             if isinstance(event, StopEvent):
+                # Consumed once handed out, even if the reader then stops iterating.
                 self.consumed = True
+                self._wake()
+                yield event
                 return
+            yield event

@@ -14,6 +14,7 @@ import heapq
 import logging
 import sys
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine
 from contextvars import Context
@@ -120,17 +121,25 @@ class LoopAdapter(Protocol):
         """Make the ticks reduced in the last drain durable (group commit)."""
 
 
-_ADAPTER: contextvars.ContextVar[LoopAdapter | None] = contextvars.ContextVar(
+_ADAPTER: contextvars.ContextVar[weakref.ref[LoopAdapter] | None] = contextvars.ContextVar(
     "tickwork_loop_adapter", default=None
 )
+"""The adapter of the run driven in this task, weakly (api.md §19.3).
+
+Weak because anything scheduled from the run's task copies its contextvars: an asyncio
+timer handle keeps its copy even once cancelled, for as long as it sits in the loop's
+heap, and a strong reference there would keep the run (and its workflow) alive."""
 
 
 class using_adapter:
-    """Context manager that makes ``adapter`` the one ``control_loop`` will use."""
+    """Context manager that makes ``adapter`` the one ``control_loop`` will use.
+
+    The caller keeps ``adapter`` alive for the duration of the block.
+    """
 
     def __init__(self, adapter: LoopAdapter) -> None:
-        self._adapter = adapter
-        self._token: contextvars.Token[LoopAdapter | None] | None = None
+        self._adapter = weakref.ref(adapter)
+        self._token: contextvars.Token[weakref.ref[LoopAdapter] | None] | None = None
 
     def __enter__(self) -> None:
         self._token = _ADAPTER.set(self._adapter)
@@ -603,7 +612,8 @@ async def control_loop(start_event: Any, init_state: RunState, run_id: str) -> A
     called anywhere else it raises ``WorkflowRuntimeError``.  A failed, timed-out or
     cancelled run raises the run's exception.
     """
-    adapter = _ADAPTER.get()
+    ref = _ADAPTER.get()
+    adapter = ref() if ref is not None else None
     if adapter is None:
         raise WorkflowRuntimeError(
             "control_loop() drives a run hosted by tickwork's runtime and cannot be called "
