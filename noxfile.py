@@ -1,4 +1,5 @@
-"""Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s docs``, ``nox -s bench``.
+"""Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s docs``, ``nox -s bench``,
+``nox -s compat``.
 
 Sessions use the interpreter that runs nox (no pinned Python version), so they work on a
 fresh machine with whatever Python >= 3.10 is installed. Each session gets its own venv
@@ -49,3 +50,24 @@ def bench(session: nox.Session) -> None:
     """Run the benchmark suite (``nox -s bench -- --quick --only chain``)."""
     session.install("-e", ".[bench]")
     session.run("python", "-m", "bench", *session.posargs)
+
+
+# The llama-index-core line the compat session checks tickwork against.
+LLAMA_INDEX_CORE = "llama-index-core>=0.14,<0.15"
+
+
+@nox.session
+def compat(session: nox.Session) -> None:
+    """llama-index-core's agents on tickwork, through the import name ``workflows``.
+
+    Not a default session: it downloads llama-index-core and its dependencies. It installs
+    llama-index-core, removes the llama-index-workflows package it pulls in, aliases
+    ``workflows`` to ``tickwork`` for every process of the venv (a ``.pth`` file installs
+    ``tests/compat/shim``'s import finder at start-up) and runs ``tests/compat``.
+    """
+    session.install("-e", ".", "pytest")
+    session.install(LLAMA_INDEX_CORE)
+    # Installed as a dependency of llama-index-core; the point is to run without it.
+    session.run("python", "-m", "pip", "uninstall", "--yes", "llama-index-workflows")
+    session.run("python", "tests/compat/shim/tickwork_workflows_alias.py", "--install-pth")
+    session.run("python", "-m", "pytest", "tests/compat", *session.posargs)

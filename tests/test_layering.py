@@ -361,6 +361,22 @@ def test_foundation_modules_stay_at_the_bottom(
     assert not bad
 
 
+@pytest.mark.parametrize("helpers", ["tickwork.utils", "tickwork.context.utils"])
+def test_compatibility_helpers_are_imported_by_nothing(
+    modules: dict[str, ModuleInfo], helpers: str
+) -> None:
+    """The compatibility helpers sit on top: they are for user code, never for tickwork's."""
+    _require(modules, helpers)
+    bad = [
+        str(imp)
+        for name, info in modules.items()
+        if name != helpers
+        for imp in info.imports
+        if imp.target == helpers
+    ]
+    assert not bad
+
+
 def test_decorators_do_not_import_context_or_workflow(modules: dict[str, ModuleInfo]) -> None:
     _require(modules, "tickwork.decorators")
     imports = _executed_imports(modules, "tickwork.decorators")

@@ -38,11 +38,14 @@ __all__ = [
     "InferredSignature",
     "ParameterClasses",
     "ReturnShape",
+    "annotation_members",
     "classify_parameters",
     "combine_event_parameters",
     "decoration_namespace",
+    "event_list_element_types",
     "flatten_return_annotation",
     "infer_signature",
+    "is_free_qualname",
     "require_event_parameter",
     "resolve_annotations",
     "step_display_name",
@@ -51,7 +54,9 @@ __all__ = [
 NoneType: type = type(None)
 
 # Frames of these modules are the decorator machinery, never the decoration site.
-_MACHINERY_MODULES = frozenset({__name__, "tickwork.decorators"})
+# ``tickwork.utils`` is listed so that its compatibility helpers resolve annotations where
+# their caller stands, as the decorators do.
+_MACHINERY_MODULES = frozenset({__name__, "tickwork.decorators", "tickwork.utils"})
 
 _ASYNC_ITERATION_TYPES: tuple[Any, ...] = (
     collections.abc.AsyncIterator,
@@ -101,6 +106,16 @@ def step_display_name(func: Callable[..., Any]) -> str:
     """``Class.method`` or the function name, without ``outer.<locals>.`` prefixes."""
     qualname = str(getattr(func, "__qualname__", None) or getattr(func, "__name__", func))
     return qualname.rsplit("<locals>.", 1)[-1]
+
+
+def is_free_qualname(qualname: str) -> bool:
+    """Whether ``qualname`` names a free function rather than a method.
+
+    True with no dot (``f``) or with ``<locals>`` just before the last part
+    (``test.<locals>.f``); ``Flow.f`` and ``test.<locals>.Flow.f`` are methods.
+    """
+    parts = qualname.split(".")
+    return len(parts) == 1 or parts[-2] == "<locals>"
 
 
 def infer_signature(
@@ -323,7 +338,7 @@ def _collection_declaration(
         if marker is None:
             return None
         annotation = base
-    elements = _list_element_types(annotation)
+    elements = event_list_element_types(annotation)
     if marker is None:
         return (elements, Collect()) if elements else None
     if not elements:
@@ -340,8 +355,11 @@ def _collection_declaration(
     return elements, marker
 
 
-def _list_element_types(annotation: Any) -> tuple[Any, ...]:
-    """Element types of ``list[E]`` / ``list[A | B]`` / ``list[E] | None`` if all are events."""
+def event_list_element_types(annotation: Any) -> tuple[Any, ...]:
+    """Element types of ``list[E]`` / ``list[A | B]`` / ``list[E] | None`` if all are events.
+
+    ``()`` for any other annotation, including a list of non-event types.
+    """
     members = [m for m in _union_members(annotation) if m is not NoneType]
     if len(members) != 1 or get_origin(members[0]) is not list:
         return ()
@@ -452,6 +470,14 @@ def _strip_annotated(annotation: Any) -> Any:
     while get_origin(annotation) is Annotated:
         annotation = get_args(annotation)[0]
     return annotation
+
+
+def annotation_members(annotation: Any) -> list[Any]:
+    """The members of a union annotation (``[annotation]`` otherwise), ``Annotated`` removed.
+
+    ``None`` is given as ``NoneType``; nested unions are flattened, ``list[...]`` is not.
+    """
+    return _union_members(_strip_annotated(annotation))
 
 
 def _union_members(annotation: Any) -> list[Any]:

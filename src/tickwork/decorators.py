@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from tickwork._signature import (
     decoration_namespace,
     infer_signature,
+    is_free_qualname,
     require_event_parameter,
     step_display_name,
 )
@@ -281,8 +282,7 @@ def step(
 
 def _is_free_function(func: Callable[..., Any]) -> bool:
     """No dot in the qualname, or ``<locals>`` just before the function's own name."""
-    parts = str(getattr(func, "__qualname__", "")).split(".")
-    return len(parts) == 1 or parts[-2] == "<locals>"
+    return is_free_qualname(str(getattr(func, "__qualname__", "")))
 
 
 # --- @catch_error ------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import StopEvent
 from tickwork.retry_policy import RetryInfo
 from tickwork.runtime.control_loop.streams import EMPTY_BUFFER, decide_collect
-from tickwork.runtime.types.results import CollectOp, WaiterRequest
+from tickwork.runtime.types.results import CollectOp, Suspend, WaiterRequest
 from tickwork.runtime.types.state import CollectBuffer, Invocation, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, PublishEvent, Tick
 
@@ -44,14 +44,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("tickwork.runtime")
-
-
-class Suspend(BaseException):
-    """Unwinds a step body that must wait for an event (never seen by user code)."""
-
-    def __init__(self, request: WaiterRequest) -> None:
-        super().__init__(request.waiter_id)
-        self.request = request
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")

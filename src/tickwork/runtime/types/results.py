@@ -1,7 +1,9 @@
 """What one step invocation hands back to the control loop.
 
 A worker turns the step body's outcome into exactly one of these records; exceptions are
-data here, never something that crashes the loop.
+data here, never something that crashes the loop.  :class:`Suspend` is the signal a step
+body unwinds with when it must wait; it lives here, beside the request it carries, so
+that code catching it needs nothing above the runtime's types.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ __all__ = [
     "Completed",
     "Failed",
     "StepOutcome",
+    "Suspend",
     "Suspended",
     "WaiterRequest",
+    "WaitingForEvent",
 ]
 
 CollectDecision = Literal["buffered", "dropped", "released"]
@@ -49,6 +53,26 @@ class WaiterRequest:
     waiter_event: Any
     timeout: float | None
     has_requirements: bool = False
+
+
+class Suspend(BaseException):
+    """Unwinds a step body that must wait for an event (never seen by user code).
+
+    A ``BaseException`` so that a step's ``except Exception`` cannot swallow it.
+    """
+
+    def __init__(self, request: WaiterRequest) -> None:
+        super().__init__(request.waiter_id)
+        self.request = request
+
+
+WaitingForEvent = Suspend
+"""Compatibility name of :class:`Suspend`, for code that re-raises the pause signal.
+
+Such code (llama-index-core's agents, for one) catches ``Exception`` around a tool call
+and re-raises the pause signal if it sees it; ``Suspend`` is not an ``Exception``, so it
+passes through such handlers untouched either way.
+"""
 
 
 @dataclass(slots=True)
