@@ -199,6 +199,7 @@ def test_two_start_classes_raise_naming_count_and_classes() -> None:
     assert "TwoStartFlow" in msg
     assert "2" in msg
     assert "TopicStart" in msg and "OtherStart" in msg
+    assert "its steps may accept only one of them" in msg
 
 
 def test_no_stop_producer_raises_configuration_error() -> None:
@@ -213,6 +214,16 @@ def test_two_stop_classes_raise_naming_count_and_classes() -> None:
     msg = str(info.value)
     assert "2" in msg
     assert "ResultStop" in msg and "OtherStop" in msg
+    assert "its steps may return only one of them" in msg
+
+
+@pytest.mark.parametrize("flow", ["TwoStartFlow", "TwoStopFlow", "NoStartFlow", "NoStopFlow"])
+def test_start_and_stop_class_messages_are_grammatical(flow: str) -> None:
+    with pytest.raises(WorkflowConfigurationError) as info:
+        globals()[flow]()
+    msg = str(info.value)
+    for slip in ("may be accepts", "may be returns", "accepts by", "returns by"):
+        assert slip not in msg, msg
 
 
 def test_workflow_without_steps_cannot_be_constructed() -> None:

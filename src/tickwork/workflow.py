@@ -78,21 +78,22 @@ def _check_concurrent_runs(value: Any) -> None:
 
 
 def _unique_subclass(
-    workflow_name: str, types: list[type], base: type, role: str, where: str
+    workflow_name: str, types: list[type], base: type, role: str, verb: str
 ) -> type:
+    """The one subclass of ``base`` in ``types``; ``verb`` is "accept" or "return"."""
     found: list[type] = []
     for candidate in types:
         if isinstance(candidate, type) and issubclass(candidate, base) and candidate not in found:
             found.append(candidate)
     if not found:
         raise WorkflowConfigurationError(
-            f"workflow {workflow_name} has no {role}: no step {where} a {base.__name__}"
+            f"workflow {workflow_name} has no {role}: no step {verb}s a {base.__name__}"
         )
     if len(found) > 1:
         names = ", ".join(t.__name__ for t in found)
         raise WorkflowConfigurationError(
-            f"workflow {workflow_name} has {len(found)} {role} classes ({names}); "
-            f"exactly one {base.__name__} subclass may be {where.split()[0]} by its steps"
+            f"workflow {workflow_name} has {len(found)} {role} classes ({names}); a workflow "
+            f"has exactly one {role} class, so its steps may {verb} only one of them"
         )
     return found[0]
 
@@ -166,11 +167,11 @@ class Workflow(metaclass=WorkflowMeta):
 
     def _infer_start_class(self, steps: dict[str, Callable[..., Any]]) -> type[StartEvent]:
         accepted = [t for fn in steps.values() for t in fn._step_config.accepted_events]  # type: ignore[attr-defined]
-        return _unique_subclass(self.workflow_name, accepted, StartEvent, "start event", "accepts")
+        return _unique_subclass(self.workflow_name, accepted, StartEvent, "start event", "accept")
 
     def _infer_stop_class(self, steps: dict[str, Callable[..., Any]]) -> type[StopEvent]:
         returned = [t for fn in steps.values() for t in fn._step_config.return_types]  # type: ignore[attr-defined]
-        return _unique_subclass(self.workflow_name, returned, StopEvent, "stop event", "returns")
+        return _unique_subclass(self.workflow_name, returned, StopEvent, "stop event", "return")
 
     @staticmethod
     def _collect_events(steps: dict[str, Callable[..., Any]]) -> list[type[Event]]:
