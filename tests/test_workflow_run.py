@@ -526,6 +526,78 @@ def test_run_from_plain_thread_without_loop_raises() -> None:
     assert isinstance(errors[0], RuntimeError)
 
 
+# A bad argument is reported as itself whether or not an event loop is running: the
+# argument checks come before the loop check (each case: workflow, run() kwargs, error
+# type, texts the message must contain).
+BAD_RUN_ARGUMENTS = [
+    pytest.param(
+        EchoFlow, {"start_event": "not an event"}, ValueError, ["start_event", "str"], id="str"
+    ),
+    pytest.param(
+        EchoFlow, {"start_event": StartEvent}, ValueError, ["start_event", "class"], id="class"
+    ),
+    pytest.param(
+        EchoFlow,
+        {"start_event": Middle(value=1), "extra": 1},
+        ValueError,
+        ["start_event", "Middle"],
+        id="event-with-kwargs",
+    ),
+    pytest.param(EchoFlow, {"ctx": "a context"}, ValueError, ["ctx", "str"], id="ctx"),
+    pytest.param(
+        TypedFlow, {"count": "x"}, WorkflowRuntimeError, ["TopicStart", "count"], id="kwargs"
+    ),
+    pytest.param(
+        TypedFlow,
+        {"start_event": StartEvent(topic="x")},
+        WorkflowRuntimeError,
+        ["StartEvent", "TopicStart"],
+        id="unroutable",
+    ),
+    pytest.param(UnproducedFlow, {}, WorkflowValidationError, ["Orphan"], id="invalid-workflow"),
+]
+
+
+@pytest.mark.parametrize(("flow", "arguments", "error", "texts"), BAD_RUN_ARGUMENTS)
+def test_bad_run_arguments_are_reported_before_the_missing_loop(
+    flow: type[Workflow], arguments: dict[str, object], error: type[Exception], texts: list[str]
+) -> None:
+    with pytest.raises(error) as info:
+        flow(timeout=5).run(**arguments)  # type: ignore[arg-type]
+    for text in texts:
+        assert text in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize(("flow", "arguments", "error", "texts"), BAD_RUN_ARGUMENTS)
+async def test_bad_run_arguments_raise_the_same_inside_a_loop(
+    flow: type[Workflow], arguments: dict[str, object], error: type[Exception], texts: list[str]
+) -> None:
+    with pytest.raises(error) as info:
+        flow(timeout=5).run(**arguments)  # type: ignore[arg-type]
+    for text in texts:
+        assert text in str(info.value), str(info.value)
+
+
+def test_context_from_a_failed_loopless_run_can_run_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    wf = EchoFlow(timeout=5)
+    ctx = Context(wf)
+    with (
+        caplog.at_level(logging.WARNING, logger="tickwork"),
+        pytest.raises(RuntimeError, match="event loop"),
+    ):
+        wf.run(ctx=ctx, start_event=StartEvent(a=1), ignored_kw=2)
+    # Nothing happened: no run was bound to the context and no warning was logged.
+    assert ctx.run_id is None
+    assert not [r for r in caplog.records if r.name.startswith("tickwork")]
+
+    async def main() -> object:
+        return await wf.run(ctx=ctx, start_event=StartEvent(a=1))
+
+    assert anyio.run(main) == {"a": 1}
+
+
 # --------------------------------------------------------------------------- run(): sequencing
 
 

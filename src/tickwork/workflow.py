@@ -109,6 +109,42 @@ def _check_journal(journal: Any) -> Any:
     )
 
 
+def _describe_argument(value: Any) -> str:
+    """How an argument of the wrong kind is named in an error message."""
+    if isinstance(value, type):
+        return f"the class {value.__name__}"
+    return f"{type(value).__name__} {value!r:.80}"
+
+
+def _check_run_arguments(ctx: Any, start_event: Any) -> None:
+    """The type checks of ``run()``'s arguments, which need neither a loop nor a config."""
+    if ctx is not None and not isinstance(ctx, Context):
+        raise ValueError(
+            f"run(ctx=...) must be a tickwork Context or None, got {_describe_argument(ctx)}; "
+            "create one with Context(workflow)"
+        )
+    if start_event is not None and not isinstance(start_event, StartEvent):
+        raise ValueError(
+            f"run(start_event=...) must be a StartEvent instance or None, got "
+            f"{_describe_argument(start_event)}; pass an instance of the workflow's start event "
+            "class, or keyword arguments to build one"
+        )
+
+
+def _log_ignored_arguments(
+    resuming: bool, start_event: StartEvent | None, kwargs: dict[str, Any]
+) -> None:
+    """Warn about the ``run()`` arguments a resume or an explicit start event ignores."""
+    if resuming and (start_event is not None or kwargs):
+        _log.warning(
+            "run() resumes a snapshot of a running workflow; the start event and "
+            "keyword arguments %s are ignored",
+            sorted(kwargs),
+        )
+    elif not resuming and start_event is not None and kwargs:
+        _log.warning("run(start_event=...) ignores the extra keyword arguments %s", sorted(kwargs))
+
+
 def _new_run_id() -> str:
     """Ten random letters and digits, drawn with one call to the OS's random source."""
     number = secrets.randbelow(_ID_SPACE)
@@ -339,10 +375,16 @@ class Workflow(metaclass=WorkflowMeta):
         start_event: StartEvent | None = None,
         **kwargs: Any,
     ) -> WorkflowHandler:
-        """Start a run on the current event loop and return its handler."""
+        """Start a run on the current event loop and return its handler.
+
+        Every argument is checked before the event loop is looked for, so a bad argument
+        raises its own error (``ValueError``, ``WorkflowRuntimeError``,
+        ``ContextStateError``, ...) even when no loop is running; only a call whose
+        arguments are all valid raises ``RuntimeError`` for the missing loop.
+        """
         from tickwork.runtime.session import detect_backend
 
-        detect_backend()
+        _check_run_arguments(ctx, start_event)
         self._locked = True
         config = self._prepare_run()
         run_id = kwargs.pop("run_id", None) or _new_run_id()
@@ -358,17 +400,13 @@ class Workflow(metaclass=WorkflowMeta):
         ctx = ctx if ctx is not None else Context(self)
         resumable = ctx._resumable_state(config)
         if resumable is not None:
-            if start_event is not None or kwargs:
-                _log.warning(
-                    "run() resumes a snapshot of a running workflow; the start event and "
-                    "keyword arguments %s are ignored",
-                    sorted(kwargs),
-                )
             start: StartEvent | None = None
             init = resumable
         else:
             start = self._build_start_event(config, start_event, kwargs)
             init = ctx._next_run_state(config)
+        detect_backend()
+        _log_ignored_arguments(resumable is not None, start_event, kwargs)
         session = RunSession(
             workflow=self,
             config=config,
@@ -392,16 +430,6 @@ class Workflow(metaclass=WorkflowMeta):
         self, config: RunConfig, start_event: StartEvent | None, kwargs: dict[str, Any]
     ) -> StartEvent:
         if start_event is not None:
-            if not isinstance(start_event, StartEvent):
-                raise ValueError(
-                    f"run(start_event=...) must be a StartEvent instance, got "
-                    f"{type(start_event).__name__}"
-                )
-            if kwargs:
-                _log.warning(
-                    "run(start_event=...) ignores the extra keyword arguments %s",
-                    sorted(kwargs),
-                )
             if not config.routes_for(type(start_event)):
                 raise WorkflowRuntimeError(
                     f"no step accepts the start event {type(start_event).__name__}; this "
