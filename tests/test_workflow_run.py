@@ -287,13 +287,32 @@ def test_free_function_steps_are_not_inherited() -> None:
         FreeFlowChild()
 
 
-def test_free_function_without_workflow_argument_is_rejected() -> None:
-    async def lonely(ev: StartEvent) -> StopEvent:
+async def test_free_function_without_workflow_argument_can_be_added_later() -> None:
+    class Later(Workflow):
+        @step
+        async def begin(self, ev: StartEvent) -> Middle:
+            return Middle(value=ev.get("n", 1))
+
+    # ``lonely``'s qualname contains ``<locals>``: a free function, decorated with no
+    # ``workflow=``.  It is configured at once and attached to a class afterwards.
+    @step(num_workers=1)
+    async def lonely(ev: Middle) -> StopEvent:
+        return StopEvent(result=f"lonely:{ev.value}")
+
+    assert lonely._step_config.num_workers == 1
+    with pytest.raises(WorkflowConfigurationError):
+        Later()  # nothing returns a StopEvent yet
+    Later.add_step(lonely)
+    assert await Later(timeout=5).run(n=3) == "lonely:3"
+
+
+def test_free_function_signature_is_checked_without_workflow_argument() -> None:
+    async def joined(batch: list[Middle], ev: StartEvent) -> StopEvent:
         return StopEvent()
 
-    # ``lonely``'s qualname contains ``<locals>``, so it counts as a free function.
-    with pytest.raises(WorkflowValidationError, match="lonely"):
-        step(lonely)
+    with pytest.raises(WorkflowValidationError) as info:
+        step(joined)
+    assert "joined" in str(info.value) and "batch" in str(info.value)
 
 
 def test_add_step_requires_step_decorator() -> None:
