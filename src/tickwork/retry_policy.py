@@ -30,12 +30,13 @@ import math
 import numbers
 import random
 import re
-import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
+
+from tickwork._deprecation import warn_once
 
 __all__ = [
     "RetryPolicy",
@@ -749,11 +750,10 @@ def retry_policy(
 
 def ConstantDelayRetryPolicy(maximum_attempts: int = 3, delay: time_unit_type = 5) -> RetryPolicy:
     """Deprecated: use ``retry_policy(wait=wait_fixed(delay), stop=stop_after_attempt(n))``."""
-    warnings.warn(
+    warn_once(
+        "ConstantDelayRetryPolicy",
         "ConstantDelayRetryPolicy is deprecated; use retry_policy(wait=wait_fixed(delay), "
         "stop=stop_after_attempt(maximum_attempts)) from tickwork.retry_policy",
-        DeprecationWarning,
-        stacklevel=2,
     )
     return retry_policy(wait=wait_fixed(delay), stop=stop_after_attempt(maximum_attempts))
 
@@ -770,13 +770,12 @@ def ExponentialBackoffRetryPolicy(
     ``initial_delay`` becomes the strategy's ``multiplier`` and ``multiplier`` its
     ``exp_base``; ``jitter`` chooses the random variant.
     """
-    warnings.warn(
+    warn_once(
+        "ExponentialBackoffRetryPolicy",
         "ExponentialBackoffRetryPolicy is deprecated; use retry_policy("
         "wait=wait_random_exponential(multiplier=initial_delay, exp_base=multiplier, "
         "max=max_delay), stop=stop_after_attempt(maximum_attempts)) from "
         "tickwork.retry_policy (wait_exponential when jitter=False)",
-        DeprecationWarning,
-        stacklevel=2,
     )
     strategy = wait_random_exponential if jitter else wait_exponential
     wait = strategy(multiplier=initial_delay, exp_base=multiplier, max=max_delay)
