@@ -7,6 +7,10 @@ way to build one is :func:`retry_policy`, which combines three primitives:
 - a :class:`WaitStrategy` gives the delay before the next attempt;
 - a :class:`StopCondition` decides when to give up.
 
+The three kinds are protocols: any callable of the right shape qualifies, and so do
+tenacity's own objects, which the policy and the combinators call with a small stand-in
+for tenacity's call state (see :mod:`tickwork._retry_adapters`).
+
 The primitives carry the names, parameter names and formulas of tenacity's, so code written
 against tenacity reads the same here.  Two differences matter: they receive plain values
 (the error, the retry index, the elapsed time) instead of a call-state object, and random
