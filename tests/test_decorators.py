@@ -18,7 +18,6 @@ from tickwork.decorators import (
     StepGraphCheck,
     StepRole,
     WorkflowGraphCheck,
-    _is_free_function,
     catch_error,
     make_step_function,
     step,
@@ -208,34 +207,74 @@ def test_options_are_recorded() -> None:
     assert config.role == "step"
 
 
-def test_is_free_function_rule() -> None:
-    def make(qualname: str) -> Callable[..., Any]:
-        def f() -> None: ...
+def test_free_function_without_workflow_is_configured_not_registered() -> None:
+    before = list(FakeWorkflow.added)
+    assert step(module_level_free) is module_level_free
+    assert config_of(module_level_free).accepted_events == [StartEvent]
 
-        f.__qualname__ = qualname
-        return f
-
-    assert _is_free_function(make("f"))
-    assert _is_free_function(make("test.<locals>.f"))
-    assert _is_free_function(make("Outer.method.<locals>.f"))
-    assert not _is_free_function(make("Flow.f"))
-    assert not _is_free_function(make("test.<locals>.Flow.f"))
-    assert not _is_free_function(make("Outer.Inner.f"))
-
-
-def test_free_function_without_workflow_is_rejected() -> None:
-    with pytest.raises(WorkflowValidationError) as info:
-        step(module_level_free)
-    assert "module_level_free" in str(info.value)
-    assert "workflow" in str(info.value)
-
-    async def local_free(ev: StartEvent) -> StopEvent:
+    async def local_free(ev: Middle) -> StopEvent:
         return StopEvent()
 
+    assert step(num_workers=1)(local_free) is local_free
+    assert config_of(local_free).num_workers == 1
+    assert config_of(local_free).accepted_events == [Middle]
+    assert FakeWorkflow.added == before
+
+
+async def _collect_and_event(batch: list[Middle], ev: StartEvent) -> StopEvent:
+    return StopEvent()
+
+
+async def _event_then_collect(ev: StartEvent, batch: Annotated[list[Middle], Collect()]) -> None:
+    return None
+
+
+async def _two_collections(first: list[Middle], second: list[StartEvent]) -> StopEvent:
+    return StopEvent()
+
+
+async def _no_event(ctx: Context[Any]) -> StopEvent:
+    return StopEvent()
+
+
+async def _unclassifiable(ev: StartEvent, limit: int) -> StopEvent:
+    return StopEvent()
+
+
+async def _no_return_annotation(ev: StartEvent):  # type: ignore[no-untyped-def]
+    return StopEvent()
+
+
+async def _streaming(ev: StartEvent) -> StopEvent:  # an async generator
+    yield StopEvent()  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("func", "texts"),
+    [
+        (_collect_and_event, ["batch", "ev"]),
+        (_event_then_collect, ["batch", "ev"]),
+        (_two_collections, ["first", "second"]),
+        (_no_event, ["no event parameter"]),
+        (_unclassifiable, ["limit"]),
+        (_no_return_annotation, ["return annotation"]),
+        (_streaming, ["async generator"]),
+    ],
+    ids=lambda value: getattr(value, "__name__", "texts"),
+)
+@pytest.mark.parametrize("with_options", [False, True], ids=["bare", "options"])
+def test_free_function_signature_errors_raise_at_decoration(
+    func: Callable[..., Any], texts: list[str], with_options: bool
+) -> None:
+    """Without ``workflow=``, a free function's signature is checked as a method's is."""
+    decorate = step(num_workers=2) if with_options else step
     with pytest.raises(WorkflowValidationError) as info:
-        step(num_workers=1)(local_free)
-    assert "local_free" in str(info.value)
-    assert "workflow" in str(info.value)
+        decorate(func)
+    message = str(info.value)
+    assert func.__name__ in message, message
+    for text in texts:
+        assert text in message, message
+    assert not hasattr(func, "_step_config")
 
 
 def test_free_function_is_registered_on_its_workflow() -> None:

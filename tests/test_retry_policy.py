@@ -10,6 +10,7 @@ import math
 import random
 import re
 import warnings
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
@@ -247,6 +248,62 @@ def test_primitives_are_instances_of_their_base() -> None:
     assert isinstance(wait_fixed(1), WaitStrategy)
     assert isinstance(wait_full_jitter(), WaitStrategy)
     assert isinstance(stop_never(), StopCondition)
+
+
+def test_the_primitive_types_are_protocols_any_callable_meets() -> None:
+    """Plain callables qualify; operators stay on tickwork's own primitives."""
+    for protocol in (RetryCondition, WaitStrategy, StopCondition):
+        assert getattr(protocol, "_is_protocol", False), protocol
+        assert isinstance(lambda *args: True, protocol)
+        assert not isinstance(3, protocol)
+        assert not {"__or__", "__and__", "__add__"} & set(vars(protocol)), protocol
+
+
+def test_custom_callables_in_policies_and_combinators() -> None:
+    waits: list[int] = []
+
+    def slow_then_fast(attempts: int) -> float:  # no ``seed``: called without it
+        waits.append(attempts)
+        return 10.0 if attempts == 0 else 1.0
+
+    def after_two(attempts: int, elapsed: float) -> bool:  # no ``upcoming_sleep``
+        return attempts >= 2
+
+    def lookups(error: BaseException) -> bool:
+        return isinstance(error, LookupError)
+
+    policy = retry_policy(retry=lookups, wait=slow_then_fast, stop=after_two)
+    assert policy.next(0.0, 1, KeyError()) == 10.0
+    assert policy.next(0.0, 2, KeyError()) is None
+    assert policy.next(0.0, 1, ValueError()) is None
+    assert waits == [0, 1]
+
+    assert wait_chain(slow_then_fast, wait_fixed(3))(0, seed=1) == 10.0
+    assert wait_combine(slow_then_fast, wait_fixed(3))(1, seed=1) == 4.0
+    assert [stop_any(after_two)(n, 0.0, upcoming_sleep=1.0) for n in (1, 2)] == [False, True]
+    assert stop_all(after_two, stop_after_delay(5))(3, 4.0) is False
+    assert retry_any(lookups, retry_never())(KeyError()) is True
+    assert retry_all(lookups, retry_never())(KeyError()) is False
+
+
+@pytest.mark.parametrize(
+    ("build", "fragment"),
+    [
+        (lambda: retry_any(retry_always), "retry_any.*class retry_always"),
+        (lambda: retry_all(wait_fixed(1)), "retry_all.*retry condition.*wait_fixed"),
+        (lambda: wait_chain(stop_never()), "wait_chain.*wait strategy.*stop_never"),
+        (lambda: wait_combine(1.5), "wait_combine.*wait strategy.*float"),
+        (lambda: stop_any(retry_never()), "stop_any.*stop condition.*retry_never"),
+        (lambda: stop_all("3"), "stop_all.*stop condition"),
+        (lambda: retry_policy(wait=stop_never()), r"retry_policy\(wait=.*wait strategy"),
+        (lambda: retry_policy(stop=wait_fixed(1)), r"retry_policy\(stop=.*stop condition"),
+    ],
+)
+def test_combinators_reject_what_is_not_of_their_kind(
+    build: Callable[[], object], fragment: str
+) -> None:
+    with pytest.raises(TypeError, match=fragment):
+        build()
 
 
 # --------------------------------------------------------------------------------------
@@ -885,8 +942,7 @@ def test_constant_delay_retry_policy() -> None:
     assert isinstance(policy, RetryPolicy)
     assert policy.next(0.0, 1, ERROR) == 3.0
     assert policy.next(0.0, 2, ERROR) is None
-    with pytest.warns(DeprecationWarning):
-        default = ConstantDelayRetryPolicy()
+    default = ConstantDelayRetryPolicy()  # no second warning: once per process
     assert [default.next(0.0, n, ERROR) for n in (1, 2, 3)] == [5.0, 5.0, None]
 
 

@@ -361,3 +361,133 @@ def test_policy_delays_match_tenacity_sleeps(build: Callable[[Any], dict[str, An
         delays.append(delay)
         attempts += 1
     assert delays == sleeps
+
+
+# --------------------------------------------------------------------------------------
+# tenacity's own objects inside tickwork's combinators and policies (api.md §12.1)
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "kwargs"), WAIT_CASES)
+def test_tenacity_waits_work_inside_tickwork_combinators(name: str, kwargs: dict[str, Any]) -> None:
+    theirs = getattr(tenacity, name)(**kwargs)
+    ours = getattr(rp, name)(**kwargs)
+    for wrapped in (rp.wait_chain(theirs), rp.wait_combine(theirs)):
+        for n in RETRY_INDEXES:
+            # tenacity's random waits draw from the module generator whatever the seed.
+            random.seed(n)
+            expected = ours(n)
+            random.seed(n)
+            assert wrapped(n, seed=5) == expected, (name, n)
+
+
+@pytest.mark.parametrize("build", STOP_CASES)
+def test_tenacity_stops_work_inside_tickwork_combinators(build: Callable[[Any], Any]) -> None:
+    ours, wrapped = build(rp), rp.stop_any(build(tenacity))
+    for attempts in range(8):
+        for elapsed in (0.0, 3.0, 5.0, 10.0, 11.0):
+            for upcoming in (0.0, 2.0, 5.0):
+                expected = ours(attempts, elapsed, upcoming_sleep=upcoming)
+                assert wrapped(attempts, elapsed, upcoming_sleep=upcoming) == expected
+
+
+@pytest.mark.parametrize("build", RETRY_CASES)
+def test_tenacity_retries_work_inside_tickwork_combinators(build: Callable[[Any], Any]) -> None:
+    theirs = build(tenacity)
+    if theirs is None:
+        return  # no tenacity counterpart (see test_retry_decisions_match)
+    ours = build(rp)
+    for wrapped in (rp.retry_any(theirs), rp.retry_all(theirs)):
+        for error in _errors():
+            assert wrapped(error) == ours(error), error
+
+
+def test_operators_combine_tenacity_and_tickwork_retry_conditions() -> None:
+    theirs = tenacity.retry_if_exception_type(KeyError)
+    ours = rp.retry_if_exception_message(match="rate")
+    # tenacity's ``|`` and ``&`` hand over to the right operand, so both orders work.
+    for either in (theirs | ours, ours | theirs):
+        assert isinstance(either, rp.retry_any)
+        assert [either(e) for e in (KeyError("x"), TimeoutError("rate"), ValueError("x"))] == [
+            True,
+            True,
+            False,
+        ]
+    for both in (theirs & ours, ours & theirs):
+        assert isinstance(both, rp.retry_all)
+        assert [both(e) for e in (KeyError("rate"), KeyError("x"), ValueError("rate"))] == [
+            True,
+            False,
+            False,
+        ]
+    assert isinstance(rp.stop_after_attempt(2) | tenacity.stop_after_delay(1), rp.stop_any)
+    assert isinstance(rp.wait_fixed(1) + tenacity.wait_fixed(2), rp.wait_combine)
+    assert (rp.wait_fixed(1) + tenacity.wait_fixed(2))(0) == 3.0
+
+
+@pytest.mark.parametrize("build", POLICY_CASES)
+def test_policies_built_from_tenacity_objects_sleep_like_tenacity(
+    build: Callable[[Any], dict[str, Any]],
+) -> None:
+    error = ValueError("always fails")
+    sleeps: list[float] = []
+
+    def fail() -> None:
+        raise error
+
+    retrying = tenacity.Retrying(sleep=sleeps.append, reraise=True, **build(tenacity))
+    random.seed(42)
+    with pytest.raises(ValueError):
+        retrying(fail)
+
+    policy = rp.retry_policy(**build(tenacity))
+    random.seed(42)
+    delays: list[float] = []
+    attempts = 1
+    while (delay := policy.next(0.0, attempts, error, seed=attempts)) is not None:
+        delays.append(delay)
+        attempts += 1
+    assert delays == sleeps
+
+
+def test_call_state_holds_only_what_tickwork_knows() -> None:
+    seen: list[Any] = []
+
+    def reads_attempt_number(retry_state: Any) -> bool:
+        seen.append(retry_state.outcome.exception())
+        return bool(retry_state.attempt_number)  # unknown to a retry condition
+
+    with pytest.raises(AttributeError, match="attempt_number"):
+        rp.retry_any(reads_attempt_number)(KeyError("x"))
+    assert isinstance(seen[0], KeyError)
+
+
+@pytest.mark.anyio
+async def test_a_step_retries_under_a_policy_of_tenacity_objects() -> None:
+    from tickwork import StartEvent, StopEvent, Workflow, step
+
+    attempts: list[int] = []
+
+    class Flaky(Workflow):
+        @step(
+            retry_policy=rp.retry_policy(
+                retry=tenacity.retry_if_exception_type(ConnectionError),
+                wait=tenacity.wait_none(),
+                stop=tenacity.stop_after_attempt(3),
+            )
+        )
+        async def call(self, ev: StartEvent) -> StopEvent:
+            attempts.append(len(attempts))
+            if len(attempts) <= ev.failures:
+                raise ev.error("down")
+            return StopEvent(result=len(attempts))
+
+    assert await Flaky(timeout=5).run(failures=2, error=ConnectionError) == 3
+    attempts.clear()
+    with pytest.raises(ConnectionError):
+        await Flaky(timeout=5).run(failures=5, error=ConnectionError)
+    assert len(attempts) == 3  # stop_after_attempt(3): three executions
+    attempts.clear()
+    with pytest.raises(KeyError):
+        await Flaky(timeout=5).run(failures=5, error=KeyError)
+    assert len(attempts) == 1  # not a ConnectionError: never retried

@@ -199,6 +199,7 @@ def test_two_start_classes_raise_naming_count_and_classes() -> None:
     assert "TwoStartFlow" in msg
     assert "2" in msg
     assert "TopicStart" in msg and "OtherStart" in msg
+    assert "its steps may accept only one of them" in msg
 
 
 def test_no_stop_producer_raises_configuration_error() -> None:
@@ -213,6 +214,16 @@ def test_two_stop_classes_raise_naming_count_and_classes() -> None:
     msg = str(info.value)
     assert "2" in msg
     assert "ResultStop" in msg and "OtherStop" in msg
+    assert "its steps may return only one of them" in msg
+
+
+@pytest.mark.parametrize("flow", ["TwoStartFlow", "TwoStopFlow", "NoStartFlow", "NoStopFlow"])
+def test_start_and_stop_class_messages_are_grammatical(flow: str) -> None:
+    with pytest.raises(WorkflowConfigurationError) as info:
+        globals()[flow]()
+    msg = str(info.value)
+    for slip in ("may be accepts", "may be returns", "accepts by", "returns by"):
+        assert slip not in msg, msg
 
 
 def test_workflow_without_steps_cannot_be_constructed() -> None:
@@ -276,13 +287,32 @@ def test_free_function_steps_are_not_inherited() -> None:
         FreeFlowChild()
 
 
-def test_free_function_without_workflow_argument_is_rejected() -> None:
-    async def lonely(ev: StartEvent) -> StopEvent:
+async def test_free_function_without_workflow_argument_can_be_added_later() -> None:
+    class Later(Workflow):
+        @step
+        async def begin(self, ev: StartEvent) -> Middle:
+            return Middle(value=ev.get("n", 1))
+
+    # ``lonely``'s qualname contains ``<locals>``: a free function, decorated with no
+    # ``workflow=``.  It is configured at once and attached to a class afterwards.
+    @step(num_workers=1)
+    async def lonely(ev: Middle) -> StopEvent:
+        return StopEvent(result=f"lonely:{ev.value}")
+
+    assert lonely._step_config.num_workers == 1
+    with pytest.raises(WorkflowConfigurationError):
+        Later()  # nothing returns a StopEvent yet
+    Later.add_step(lonely)
+    assert await Later(timeout=5).run(n=3) == "lonely:3"
+
+
+def test_free_function_signature_is_checked_without_workflow_argument() -> None:
+    async def joined(batch: list[Middle], ev: StartEvent) -> StopEvent:
         return StopEvent()
 
-    # ``lonely``'s qualname contains ``<locals>``, so it counts as a free function.
-    with pytest.raises(WorkflowValidationError, match="lonely"):
-        step(lonely)
+    with pytest.raises(WorkflowValidationError) as info:
+        step(joined)
+    assert "joined" in str(info.value) and "batch" in str(info.value)
 
 
 def test_add_step_requires_step_decorator() -> None:
@@ -513,6 +543,78 @@ def test_run_from_plain_thread_without_loop_raises() -> None:
     t.join()
     assert len(errors) == 1
     assert isinstance(errors[0], RuntimeError)
+
+
+# A bad argument is reported as itself whether or not an event loop is running: the
+# argument checks come before the loop check (each case: workflow, run() kwargs, error
+# type, texts the message must contain).
+BAD_RUN_ARGUMENTS = [
+    pytest.param(
+        EchoFlow, {"start_event": "not an event"}, ValueError, ["start_event", "str"], id="str"
+    ),
+    pytest.param(
+        EchoFlow, {"start_event": StartEvent}, ValueError, ["start_event", "class"], id="class"
+    ),
+    pytest.param(
+        EchoFlow,
+        {"start_event": Middle(value=1), "extra": 1},
+        ValueError,
+        ["start_event", "Middle"],
+        id="event-with-kwargs",
+    ),
+    pytest.param(EchoFlow, {"ctx": "a context"}, ValueError, ["ctx", "str"], id="ctx"),
+    pytest.param(
+        TypedFlow, {"count": "x"}, WorkflowRuntimeError, ["TopicStart", "count"], id="kwargs"
+    ),
+    pytest.param(
+        TypedFlow,
+        {"start_event": StartEvent(topic="x")},
+        WorkflowRuntimeError,
+        ["StartEvent", "TopicStart"],
+        id="unroutable",
+    ),
+    pytest.param(UnproducedFlow, {}, WorkflowValidationError, ["Orphan"], id="invalid-workflow"),
+]
+
+
+@pytest.mark.parametrize(("flow", "arguments", "error", "texts"), BAD_RUN_ARGUMENTS)
+def test_bad_run_arguments_are_reported_before_the_missing_loop(
+    flow: type[Workflow], arguments: dict[str, object], error: type[Exception], texts: list[str]
+) -> None:
+    with pytest.raises(error) as info:
+        flow(timeout=5).run(**arguments)  # type: ignore[arg-type]
+    for text in texts:
+        assert text in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize(("flow", "arguments", "error", "texts"), BAD_RUN_ARGUMENTS)
+async def test_bad_run_arguments_raise_the_same_inside_a_loop(
+    flow: type[Workflow], arguments: dict[str, object], error: type[Exception], texts: list[str]
+) -> None:
+    with pytest.raises(error) as info:
+        flow(timeout=5).run(**arguments)  # type: ignore[arg-type]
+    for text in texts:
+        assert text in str(info.value), str(info.value)
+
+
+def test_context_from_a_failed_loopless_run_can_run_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    wf = EchoFlow(timeout=5)
+    ctx = Context(wf)
+    with (
+        caplog.at_level(logging.WARNING, logger="tickwork"),
+        pytest.raises(RuntimeError, match="event loop"),
+    ):
+        wf.run(ctx=ctx, start_event=StartEvent(a=1), ignored_kw=2)
+    # Nothing happened: no run was bound to the context and no warning was logged.
+    assert ctx.run_id is None
+    assert not [r for r in caplog.records if r.name.startswith("tickwork")]
+
+    async def main() -> object:
+        return await wf.run(ctx=ctx, start_event=StartEvent(a=1))
+
+    assert anyio.run(main) == {"a": 1}
 
 
 # --------------------------------------------------------------------------- run(): sequencing

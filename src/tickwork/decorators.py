@@ -19,7 +19,6 @@ from pydantic import BaseModel
 from tickwork._signature import (
     decoration_namespace,
     infer_signature,
-    is_free_qualname,
     require_event_parameter,
     step_display_name,
 )
@@ -246,9 +245,11 @@ def step(
 ) -> Any:
     """Make a function a workflow step; works bare (``@step``) or with options.
 
-    A method (``Flow.f``) is discovered by its workflow class.  A free function
-    (``f``, or ``test.<locals>.f``) must name its class with ``workflow=Cls`` and is
-    registered there with ``Cls.add_step(func)``.  Returns the function itself.
+    A method (``Flow.f``) is discovered by its workflow class.  A free function is
+    registered on ``workflow`` with ``workflow.add_step(func)`` when that option names a
+    class; without it the function is only configured, and ``Cls.add_step(func)`` attaches
+    it later.  Either way the signature is checked here, at decoration, exactly as for a
+    method.  Returns the function itself.
 
     Options: ``num_workers`` (int > 0), ``retry_policy`` (``None`` never retries),
     ``skip_graph_checks`` (``"reachability"`` / ``"dead_end"``),
@@ -257,12 +258,6 @@ def step(
     """
 
     def decorator(target: _F) -> _F:
-        name = _callable_name(target)
-        if workflow is None and _is_free_function(target):
-            raise WorkflowValidationError(
-                f"step {name!r} is a free function, so a workflow class must be passed: "
-                f"use @step(workflow=MyWorkflow) or define it as a method of the workflow"
-            )
         make_step_function(
             target,
             num_workers=num_workers,
@@ -278,11 +273,6 @@ def step(
     if func is None:
         return decorator
     return decorator(func)
-
-
-def _is_free_function(func: Callable[..., Any]) -> bool:
-    """No dot in the qualname, or ``<locals>`` just before the function's own name."""
-    return is_free_qualname(str(getattr(func, "__qualname__", "")))
 
 
 # --- @catch_error ------------------------------------------------------------------------

@@ -6,12 +6,12 @@ answer a human-in-the-loop request, ``cancel_run()`` to stop gracefully.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import AsyncIterator, Generator
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from tickwork._deprecation import warn_once
 from tickwork.errors import WorkflowCancelledByUser
 from tickwork.events import Event, StopEvent
 
@@ -22,17 +22,14 @@ if TYPE_CHECKING:
 
 __all__ = ["WorkflowHandler"]
 
-_warned: set[str] = set()
-
 
 def _deprecated(name: str, instead: str) -> None:
-    if name not in _warned:
-        _warned.add(name)
-        warnings.warn(
-            f"WorkflowHandler.{name}() is deprecated; use {instead}",
-            DeprecationWarning,
-            stacklevel=3,
-        )
+    """Warn, once per process, that ``WorkflowHandler.<name>()`` is deprecated."""
+    warn_once(
+        f"WorkflowHandler.{name}",
+        f"WorkflowHandler.{name}() is deprecated; use {instead}",
+        stacklevel=3,
+    )
 
 
 class WorkflowHandler:

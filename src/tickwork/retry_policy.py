@@ -7,6 +7,10 @@ way to build one is :func:`retry_policy`, which combines three primitives:
 - a :class:`WaitStrategy` gives the delay before the next attempt;
 - a :class:`StopCondition` decides when to give up.
 
+The three kinds are protocols: any callable of the right shape qualifies, and so do
+tenacity's own objects, which the policy and the combinators call with a small stand-in
+for tenacity's call state (see :mod:`tickwork._retry_adapters`).
+
 The primitives carry the names, parameter names and formulas of tenacity's, so code written
 against tenacity reads the same here.  Two differences matter: they receive plain values
 (the error, the retry index, the elapsed time) instead of a call-state object, and random
@@ -30,12 +34,22 @@ import math
 import numbers
 import random
 import re
-import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+from tickwork._deprecation import warn_once
+from tickwork._retry_adapters import (
+    RetryCall,
+    StopCall,
+    WaitCall,
+    as_retry_call,
+    as_stop_call,
+    as_wait_call,
+    is_tenacity,
+)
 
 __all__ = [
     "RetryPolicy",
@@ -127,42 +141,112 @@ class RetryInfo:
     last_failed_at: datetime | None
 
 
-class RetryCondition(abc.ABC):
-    """Decides whether an error is worth retrying.
+@runtime_checkable
+class RetryCondition(Protocol):
+    """Decides whether an error is worth retrying: ``condition(error) -> bool``.
 
-    Conditions compose: ``a | b`` is ``retry_any(a, b)`` and ``a & b`` is
-    ``retry_all(a, b)``, grouping left to right like any Python operator.
+    Any callable of that shape is a retry condition, and so is a tenacity retry object
+    (one taking a ``retry_state``): tickwork hands it a call state whose ``outcome`` is
+    the failed attempt.  tickwork's own conditions compose: ``a | b`` is
+    ``retry_any(a, b)`` and ``a & b`` is ``retry_all(a, b)``, grouping left to right like
+    any Python operator; a tenacity condition may stand on either side.
     """
 
+    def __call__(self, error: Any, /) -> bool:
+        """Return ``True`` if ``error`` should be retried."""
+        ...
+
+
+@runtime_checkable
+class WaitStrategy(Protocol):
+    """Gives the delay in seconds before retry ``n`` (counted from 0): ``wait(n) -> float``.
+
+    tickwork calls it as ``wait(n, seed=seed)`` when it declares ``seed`` (random
+    strategies then draw from ``random.Random(seed)``, so the same seed gives the same
+    delay), and as ``wait(n)`` otherwise.  A tenacity wait object (one taking a
+    ``retry_state``) is accepted too; its call state has ``attempt_number = n + 1``.
+    tickwork's own strategies compose: ``a + b`` is ``wait_combine(a, b)``, and because
+    ``0 + a`` is ``a``, ``sum([a, b, c])`` works too.
+    """
+
+    def __call__(self, attempts: Any, /) -> float:
+        """Return the delay in seconds before retry ``attempts`` (0-based)."""
+        ...
+
+
+@runtime_checkable
+class StopCondition(Protocol):
+    """Decides when to give up: ``stop(attempts, elapsed, upcoming_sleep=...) -> bool``.
+
+    ``attempts`` is the number of failures so far, ``elapsed`` the seconds since the first
+    attempt was dispatched, and ``upcoming_sleep`` the delay the wait strategy chose (only
+    passed when the condition declares it).  A tenacity stop object (one taking a
+    ``retry_state``) is accepted too.  tickwork's own conditions compose: ``a | b`` is
+    ``stop_any(a, b)`` and ``a & b`` is ``stop_all(a, b)``.
+    """
+
+    def __call__(self, attempts: Any, /, *args: Any, **kwargs: Any) -> bool:
+        """Return ``True`` to stop retrying."""
+        ...
+
+
+# tickwork's own primitives derive from these bases, which add the operators.  They are
+# not part of the protocols, so that a plain function or a tenacity object qualifies.
+
+
+def _composable(other: object, base: type, kind: str) -> bool:
+    """Whether ``other`` may stand beside a ``kind`` primitive in an operator."""
+    return isinstance(other, base) or is_tenacity(other, kind)
+
+
+class _RetryConditionBase(RetryCondition):
+    """tickwork's retry conditions: ``|`` and ``&``."""
+
+    def __init__(self) -> None:
+        # Without it the protocol's placeholder ``__init__`` would give the primitives
+        # without options the signature ``(*args, **kwargs)``.
+        pass
+
     @abc.abstractmethod
-    def __call__(self, error: BaseException) -> bool:
+    def __call__(self, error: BaseException, /) -> bool:
         """Return ``True`` if ``error`` should be retried."""
 
     def __or__(self, other: RetryCondition) -> retry_any:
-        if not isinstance(other, RetryCondition):
+        if not _composable(other, _RetryConditionBase, "retry"):
             return NotImplemented
         return retry_any(self, other)
 
+    def __ror__(self, other: RetryCondition) -> retry_any:
+        # tenacity's ``|`` hands over to the right operand's ``__ror__``.
+        if not _composable(other, _RetryConditionBase, "retry"):
+            return NotImplemented
+        return retry_any(other, self)
+
     def __and__(self, other: RetryCondition) -> retry_all:
-        if not isinstance(other, RetryCondition):
+        if not _composable(other, _RetryConditionBase, "retry"):
             return NotImplemented
         return retry_all(self, other)
 
+    def __rand__(self, other: RetryCondition) -> retry_all:
+        if not _composable(other, _RetryConditionBase, "retry"):
+            return NotImplemented
+        return retry_all(other, self)
 
-class WaitStrategy(abc.ABC):
-    """Gives the delay in seconds before retry number ``attempts`` (counted from 0).
 
-    Strategies compose: ``a + b`` is ``wait_combine(a, b)``, and because ``0 + a`` is
-    ``a``, ``sum([a, b, c])`` works too.  Random strategies draw from
-    ``random.Random(seed)`` when a seed is given, so the same seed gives the same delay.
-    """
+class _WaitStrategyBase(WaitStrategy):
+    """tickwork's wait strategies: ``+`` and ``sum()``."""
+
+    def __init__(self) -> None:
+        # Without it the protocol's placeholder ``__init__`` would give the primitives
+        # without options the signature ``(*args, **kwargs)``.
+        pass
 
     @abc.abstractmethod
-    def __call__(self, attempts: int, *, seed: int | None = None) -> float:
+    def __call__(self, attempts: int, /, *, seed: int | None = None) -> float:
         """Return the delay in seconds before retry ``attempts`` (0-based)."""
 
     def __add__(self, other: WaitStrategy) -> wait_combine:
-        if not isinstance(other, WaitStrategy):
+        if not _composable(other, _WaitStrategyBase, "wait"):
             return NotImplemented
         return wait_combine(self, other)
 
@@ -174,25 +258,25 @@ class WaitStrategy(abc.ABC):
         return NotImplemented
 
 
-class StopCondition(abc.ABC):
-    """Decides when to give up retrying.
+class _StopConditionBase(StopCondition):
+    """tickwork's stop conditions: ``|`` and ``&``."""
 
-    ``attempts`` is the number of failures so far, ``elapsed`` the seconds since the first
-    attempt was dispatched, and ``upcoming_sleep`` the delay the wait strategy chose.
-    Conditions compose: ``a | b`` is ``stop_any(a, b)`` and ``a & b`` is ``stop_all(a, b)``.
-    """
+    def __init__(self) -> None:
+        # Without it the protocol's placeholder ``__init__`` would give the primitives
+        # without options the signature ``(*args, **kwargs)``.
+        pass
 
     @abc.abstractmethod
     def __call__(self, attempts: int, elapsed: float, *, upcoming_sleep: float = 0.0) -> bool:
         """Return ``True`` to stop retrying."""
 
     def __or__(self, other: StopCondition) -> stop_any:
-        if not isinstance(other, StopCondition):
+        if not _composable(other, _StopConditionBase, "stop"):
             return NotImplemented
         return stop_any(self, other)
 
     def __and__(self, other: StopCondition) -> stop_all:
-        if not isinstance(other, StopCondition):
+        if not _composable(other, _StopConditionBase, "stop"):
             return NotImplemented
         return stop_all(self, other)
 
@@ -258,7 +342,7 @@ def _uniform(low: float, high: float, seed: int | None) -> float:
 # --------------------------------------------------------------------------------------
 
 
-class retry_if_exception(RetryCondition):
+class retry_if_exception(_RetryConditionBase):
     """Retry when ``predicate(error)`` is true."""
 
     def __init__(self, predicate: Callable[[BaseException], bool]) -> None:
@@ -273,7 +357,7 @@ class retry_if_exception(RetryCondition):
         return f"{type(self).__name__}({self.predicate!r})"
 
 
-class retry_if_exception_type(RetryCondition):
+class retry_if_exception_type(_RetryConditionBase):
     """Retry when the error is an instance of ``exception_types``."""
 
     def __init__(self, exception_types: _ExceptionTypes = Exception) -> None:
@@ -286,7 +370,7 @@ class retry_if_exception_type(RetryCondition):
         return f"{type(self).__name__}({self.exception_types!r})"
 
 
-class retry_if_not_exception_type(RetryCondition):
+class retry_if_not_exception_type(_RetryConditionBase):
     """Retry when the error is **not** an instance of ``exception_types``."""
 
     def __init__(self, exception_types: _ExceptionTypes = Exception) -> None:
@@ -303,7 +387,7 @@ class retry_unless_exception_type(retry_if_not_exception_type):
     """The same as :class:`retry_if_not_exception_type`, under tenacity's other name."""
 
 
-class retry_if_exception_message(RetryCondition):
+class retry_if_exception_message(_RetryConditionBase):
     """Retry when ``str(error)`` equals ``message``, or when ``match`` is found in it.
 
     Exactly one of ``message`` and ``match`` must be given, otherwise ``TypeError``.
@@ -344,7 +428,7 @@ class retry_if_not_exception_message(retry_if_exception_message):
         return not self._matches(error)
 
 
-class retry_if_exception_cause_type(RetryCondition):
+class retry_if_exception_cause_type(_RetryConditionBase):
     """Retry when an exception in the error's ``__cause__`` chain matches.
 
     Only explicit causes (``raise ... from cause``) are followed, not ``__context__``, and
@@ -369,33 +453,35 @@ class retry_if_exception_cause_type(RetryCondition):
         return f"{type(self).__name__}({self.exception_types!r})"
 
 
-class retry_any(RetryCondition):
+class retry_any(_RetryConditionBase):
     """Retry when any of ``retries`` says so (``False`` when there are none)."""
 
     def __init__(self, *retries: RetryCondition) -> None:
         self.retries = retries
+        self._calls = tuple(_retry_call(retry, "retry_any()") for retry in retries)
 
     def __call__(self, error: BaseException) -> bool:
-        return any(retry(error) for retry in self.retries)
+        return any(call(error) for call in self._calls)
 
     def __repr__(self) -> str:
         return f"retry_any({', '.join(map(repr, self.retries))})"
 
 
-class retry_all(RetryCondition):
+class retry_all(_RetryConditionBase):
     """Retry when all of ``retries`` say so (``True`` when there are none)."""
 
     def __init__(self, *retries: RetryCondition) -> None:
         self.retries = retries
+        self._calls = tuple(_retry_call(retry, "retry_all()") for retry in retries)
 
     def __call__(self, error: BaseException) -> bool:
-        return all(retry(error) for retry in self.retries)
+        return all(call(error) for call in self._calls)
 
     def __repr__(self) -> str:
         return f"retry_all({', '.join(map(repr, self.retries))})"
 
 
-class retry_always(RetryCondition):
+class retry_always(_RetryConditionBase):
     """Retry every error."""
 
     def __call__(self, error: BaseException) -> bool:
@@ -405,7 +491,7 @@ class retry_always(RetryCondition):
         return "retry_always()"
 
 
-class retry_never(RetryCondition):
+class retry_never(_RetryConditionBase):
     """Retry no error."""
 
     def __call__(self, error: BaseException) -> bool:
@@ -420,7 +506,7 @@ class retry_never(RetryCondition):
 # --------------------------------------------------------------------------------------
 
 
-class wait_fixed(WaitStrategy):
+class wait_fixed(_WaitStrategyBase):
     """Always ``wait`` seconds."""
 
     def __init__(self, wait: time_unit_type) -> None:
@@ -433,7 +519,7 @@ class wait_fixed(WaitStrategy):
         return f"wait_fixed({self.wait!r})"
 
 
-class wait_none(WaitStrategy):
+class wait_none(_WaitStrategyBase):
     """No delay: retry at once."""
 
     def __call__(self, attempts: int, *, seed: int | None = None) -> float:
@@ -443,7 +529,7 @@ class wait_none(WaitStrategy):
         return "wait_none()"
 
 
-class wait_exponential(WaitStrategy):
+class wait_exponential(_WaitStrategyBase):
     """``max(max(0, min), min(multiplier * exp_base**n, max))``.
 
     With the defaults: 1, 2, 4, 8, ... seconds, capped at 60.
@@ -473,7 +559,7 @@ class wait_exponential(WaitStrategy):
         )
 
 
-class wait_incrementing(WaitStrategy):
+class wait_incrementing(_WaitStrategyBase):
     """``max(0, min(start + increment * n, max))``."""
 
     def __init__(
@@ -496,7 +582,7 @@ class wait_incrementing(WaitStrategy):
         )
 
 
-class wait_random(WaitStrategy):
+class wait_random(_WaitStrategyBase):
     """A uniform draw in ``[min, max]``."""
 
     def __init__(self, min: time_unit_type = 0.0, max: time_unit_type = 1.0) -> None:
@@ -510,7 +596,7 @@ class wait_random(WaitStrategy):
         return f"wait_random(min={self.min!r}, max={self.max!r})"
 
 
-class wait_exponential_jitter(WaitStrategy):
+class wait_exponential_jitter(_WaitStrategyBase):
     """``min(min(initial * exp_base**n, max) + U(0, jitter), max)``: never above ``max``.
 
     Like tenacity's, the result is also never below 0, even for a negative ``initial``.
@@ -562,7 +648,7 @@ def wait_full_jitter(
     return wait_random_exponential(multiplier=multiplier, exp_base=exp_base, max=max, min=min)
 
 
-class wait_chain(WaitStrategy):
+class wait_chain(_WaitStrategyBase):
     """Use ``strategies[n]`` for retry ``n``, and the last strategy once they run out.
 
     Each strategy receives the overall retry index ``n``, not its position in the chain.
@@ -575,23 +661,25 @@ class wait_chain(WaitStrategy):
                 "e.g. wait_chain(wait_fixed(1), wait_fixed(5))"
             )
         self.strategies = strategies
+        self._calls = tuple(_wait_call(strategy, "wait_chain()") for strategy in strategies)
 
     def __call__(self, attempts: int, *, seed: int | None = None) -> float:
-        strategy = self.strategies[min(max(attempts, 0), len(self.strategies) - 1)]
-        return strategy(attempts, seed=seed)
+        call = self._calls[min(max(attempts, 0), len(self._calls) - 1)]
+        return call(attempts, seed=seed)
 
     def __repr__(self) -> str:
         return f"wait_chain({', '.join(map(repr, self.strategies))})"
 
 
-class wait_combine(WaitStrategy):
+class wait_combine(_WaitStrategyBase):
     """The sum of all ``strategies``; each one receives the same ``seed``."""
 
     def __init__(self, *strategies: WaitStrategy) -> None:
         self.strategies = strategies
+        self._calls = tuple(_wait_call(strategy, "wait_combine()") for strategy in strategies)
 
     def __call__(self, attempts: int, *, seed: int | None = None) -> float:
-        return float(sum(strategy(attempts, seed=seed) for strategy in self.strategies))
+        return float(sum(call(attempts, seed=seed) for call in self._calls))
 
     def __repr__(self) -> str:
         return f"wait_combine({', '.join(map(repr, self.strategies))})"
@@ -602,7 +690,7 @@ class wait_combine(WaitStrategy):
 # --------------------------------------------------------------------------------------
 
 
-class stop_after_attempt(StopCondition):
+class stop_after_attempt(_StopConditionBase):
     """Stop once ``attempts >= max_attempt_number``: that many executions in total."""
 
     def __init__(self, max_attempt_number: int) -> None:
@@ -615,7 +703,7 @@ class stop_after_attempt(StopCondition):
         return f"stop_after_attempt({self.max_attempt_number!r})"
 
 
-class stop_after_delay(StopCondition):
+class stop_after_delay(_StopConditionBase):
     """Stop once ``elapsed >= max_delay``."""
 
     def __init__(self, max_delay: time_unit_type) -> None:
@@ -628,7 +716,7 @@ class stop_after_delay(StopCondition):
         return f"stop_after_delay({self.max_delay!r})"
 
 
-class stop_before_delay(StopCondition):
+class stop_before_delay(_StopConditionBase):
     """Stop when the next attempt would start at or after ``max_delay``.
 
     That is ``elapsed + upcoming_sleep >= max_delay``.
@@ -644,33 +732,35 @@ class stop_before_delay(StopCondition):
         return f"stop_before_delay({self.max_delay!r})"
 
 
-class stop_any(StopCondition):
+class stop_any(_StopConditionBase):
     """Stop when any of ``stops`` says so (``False`` when there are none)."""
 
     def __init__(self, *stops: StopCondition) -> None:
         self.stops = stops
+        self._calls = tuple(_stop_call(stop, "stop_any()") for stop in stops)
 
     def __call__(self, attempts: int, elapsed: float, *, upcoming_sleep: float = 0.0) -> bool:
-        return any(stop(attempts, elapsed, upcoming_sleep=upcoming_sleep) for stop in self.stops)
+        return any(call(attempts, elapsed, upcoming_sleep=upcoming_sleep) for call in self._calls)
 
     def __repr__(self) -> str:
         return f"stop_any({', '.join(map(repr, self.stops))})"
 
 
-class stop_all(StopCondition):
+class stop_all(_StopConditionBase):
     """Stop when all of ``stops`` say so (``True`` when there are none)."""
 
     def __init__(self, *stops: StopCondition) -> None:
         self.stops = stops
+        self._calls = tuple(_stop_call(stop, "stop_all()") for stop in stops)
 
     def __call__(self, attempts: int, elapsed: float, *, upcoming_sleep: float = 0.0) -> bool:
-        return all(stop(attempts, elapsed, upcoming_sleep=upcoming_sleep) for stop in self.stops)
+        return all(call(attempts, elapsed, upcoming_sleep=upcoming_sleep) for call in self._calls)
 
     def __repr__(self) -> str:
         return f"stop_all({', '.join(map(repr, self.stops))})"
 
 
-class stop_never(StopCondition):
+class stop_never(_StopConditionBase):
     """Never stop: retry for as long as the retry condition allows."""
 
     def __call__(self, attempts: int, elapsed: float, *, upcoming_sleep: float = 0.0) -> bool:
@@ -681,6 +771,57 @@ class stop_never(StopCondition):
 
 
 # --------------------------------------------------------------------------------------
+# Components as tickwork calls them
+# --------------------------------------------------------------------------------------
+
+_KINDS: tuple[tuple[type, str, str], ...] = (
+    (_RetryConditionBase, "retry condition", "retry_if_exception_type(ValueError)"),
+    (_WaitStrategyBase, "wait strategy", "wait_fixed(1)"),
+    (_StopConditionBase, "stop condition", "stop_after_attempt(3)"),
+)
+
+
+def _check_kind(component: object, expected: int, where: str) -> None:
+    """Reject a class, a non-callable, or one of tickwork's primitives of another kind."""
+    base, kind, example = _KINDS[expected]
+    if isinstance(component, type):
+        raise TypeError(
+            f"{where} got the class {component.__name__}; pass an instance, e.g. {example}"
+        )
+    if not callable(component):
+        raise TypeError(
+            f"{where} needs a {kind} (a callable), got {type(component).__name__} "
+            f"{component!r}; e.g. {example}"
+        )
+    for other_base, other_kind, _ in _KINDS:
+        if other_base is not base and isinstance(component, other_base):
+            raise TypeError(
+                f"{where} needs a {kind}, got the {other_kind} {component!r}; e.g. {example}"
+            )
+
+
+def _retry_call(condition: RetryCondition, where: str) -> RetryCall:
+    if isinstance(condition, _RetryConditionBase):
+        return condition
+    _check_kind(condition, 0, where)
+    return as_retry_call(condition)
+
+
+def _wait_call(strategy: WaitStrategy, where: str) -> WaitCall:
+    if isinstance(strategy, _WaitStrategyBase):
+        return strategy
+    _check_kind(strategy, 1, where)
+    return as_wait_call(strategy)
+
+
+def _stop_call(condition: StopCondition, where: str) -> StopCall:
+    if isinstance(condition, _StopConditionBase):
+        return condition
+    _check_kind(condition, 2, where)
+    return as_stop_call(condition)
+
+
+# --------------------------------------------------------------------------------------
 # Composed policies
 # --------------------------------------------------------------------------------------
 
@@ -688,7 +829,7 @@ class stop_never(StopCondition):
 class _ComposedRetryPolicy:
     """The policy :func:`retry_policy` returns; private so that only the factory is API."""
 
-    __slots__ = ("retry", "stop", "wait")
+    __slots__ = ("_retry_call", "_stop_call", "_wait_call", "retry", "stop", "wait")
 
     def __init__(
         self, retry: RetryCondition | None, wait: WaitStrategy, stop: StopCondition
@@ -696,14 +837,17 @@ class _ComposedRetryPolicy:
         self.retry = retry
         self.wait = wait
         self.stop = stop
+        self._retry_call = None if retry is None else _retry_call(retry, "retry_policy(retry=...)")
+        self._wait_call = _wait_call(wait, "retry_policy(wait=...)")
+        self._stop_call = _stop_call(stop, "retry_policy(stop=...)")
 
     def next(
         self, elapsed_time: float, attempts: int, error: Exception, *, seed: int | None = None
     ) -> float | None:
-        if self.retry is not None and not self.retry(error):
+        if self._retry_call is not None and not self._retry_call(error):
             return None
-        delay = float(self.wait(max(attempts - 1, 0), seed=seed))
-        if self.stop(attempts, elapsed_time, upcoming_sleep=delay):
+        delay = float(self._wait_call(max(attempts - 1, 0), seed=seed))
+        if self._stop_call(attempts, elapsed_time, upcoming_sleep=delay):
             return None
         return delay
 
@@ -749,11 +893,10 @@ def retry_policy(
 
 def ConstantDelayRetryPolicy(maximum_attempts: int = 3, delay: time_unit_type = 5) -> RetryPolicy:
     """Deprecated: use ``retry_policy(wait=wait_fixed(delay), stop=stop_after_attempt(n))``."""
-    warnings.warn(
+    warn_once(
+        "ConstantDelayRetryPolicy",
         "ConstantDelayRetryPolicy is deprecated; use retry_policy(wait=wait_fixed(delay), "
         "stop=stop_after_attempt(maximum_attempts)) from tickwork.retry_policy",
-        DeprecationWarning,
-        stacklevel=2,
     )
     return retry_policy(wait=wait_fixed(delay), stop=stop_after_attempt(maximum_attempts))
 
@@ -770,13 +913,12 @@ def ExponentialBackoffRetryPolicy(
     ``initial_delay`` becomes the strategy's ``multiplier`` and ``multiplier`` its
     ``exp_base``; ``jitter`` chooses the random variant.
     """
-    warnings.warn(
+    warn_once(
+        "ExponentialBackoffRetryPolicy",
         "ExponentialBackoffRetryPolicy is deprecated; use retry_policy("
         "wait=wait_random_exponential(multiplier=initial_delay, exp_base=multiplier, "
         "max=max_delay), stop=stop_after_attempt(maximum_attempts)) from "
         "tickwork.retry_policy (wait_exponential when jitter=False)",
-        DeprecationWarning,
-        stacklevel=2,
     )
     strategy = wait_random_exponential if jitter else wait_exponential
     wait = strategy(multiplier=initial_delay, exp_base=multiplier, max=max_delay)

@@ -78,21 +78,22 @@ def _check_concurrent_runs(value: Any) -> None:
 
 
 def _unique_subclass(
-    workflow_name: str, types: list[type], base: type, role: str, where: str
+    workflow_name: str, types: list[type], base: type, role: str, verb: str
 ) -> type:
+    """The one subclass of ``base`` in ``types``; ``verb`` is "accept" or "return"."""
     found: list[type] = []
     for candidate in types:
         if isinstance(candidate, type) and issubclass(candidate, base) and candidate not in found:
             found.append(candidate)
     if not found:
         raise WorkflowConfigurationError(
-            f"workflow {workflow_name} has no {role}: no step {where} a {base.__name__}"
+            f"workflow {workflow_name} has no {role}: no step {verb}s a {base.__name__}"
         )
     if len(found) > 1:
         names = ", ".join(t.__name__ for t in found)
         raise WorkflowConfigurationError(
-            f"workflow {workflow_name} has {len(found)} {role} classes ({names}); "
-            f"exactly one {base.__name__} subclass may be {where.split()[0]} by its steps"
+            f"workflow {workflow_name} has {len(found)} {role} classes ({names}); a workflow "
+            f"has exactly one {role} class, so its steps may {verb} only one of them"
         )
     return found[0]
 
@@ -106,6 +107,42 @@ def _check_journal(journal: Any) -> Any:
         f"Workflow(journal={journal!r}): journal must be True, False or a journal store "
         "(e.g. tickwork.journal.SqliteJournal('runs.db'))"
     )
+
+
+def _describe_argument(value: Any) -> str:
+    """How an argument of the wrong kind is named in an error message."""
+    if isinstance(value, type):
+        return f"the class {value.__name__}"
+    return f"{type(value).__name__} {value!r:.80}"
+
+
+def _check_run_arguments(ctx: Any, start_event: Any) -> None:
+    """The type checks of ``run()``'s arguments, which need neither a loop nor a config."""
+    if ctx is not None and not isinstance(ctx, Context):
+        raise ValueError(
+            f"run(ctx=...) must be a tickwork Context or None, got {_describe_argument(ctx)}; "
+            "create one with Context(workflow)"
+        )
+    if start_event is not None and not isinstance(start_event, StartEvent):
+        raise ValueError(
+            f"run(start_event=...) must be a StartEvent instance or None, got "
+            f"{_describe_argument(start_event)}; pass an instance of the workflow's start event "
+            "class, or keyword arguments to build one"
+        )
+
+
+def _log_ignored_arguments(
+    resuming: bool, start_event: StartEvent | None, kwargs: dict[str, Any]
+) -> None:
+    """Warn about the ``run()`` arguments a resume or an explicit start event ignores."""
+    if resuming and (start_event is not None or kwargs):
+        _log.warning(
+            "run() resumes a snapshot of a running workflow; the start event and "
+            "keyword arguments %s are ignored",
+            sorted(kwargs),
+        )
+    elif not resuming and start_event is not None and kwargs:
+        _log.warning("run(start_event=...) ignores the extra keyword arguments %s", sorted(kwargs))
 
 
 def _new_run_id() -> str:
@@ -166,11 +203,11 @@ class Workflow(metaclass=WorkflowMeta):
 
     def _infer_start_class(self, steps: dict[str, Callable[..., Any]]) -> type[StartEvent]:
         accepted = [t for fn in steps.values() for t in fn._step_config.accepted_events]  # type: ignore[attr-defined]
-        return _unique_subclass(self.workflow_name, accepted, StartEvent, "start event", "accepts")
+        return _unique_subclass(self.workflow_name, accepted, StartEvent, "start event", "accept")
 
     def _infer_stop_class(self, steps: dict[str, Callable[..., Any]]) -> type[StopEvent]:
         returned = [t for fn in steps.values() for t in fn._step_config.return_types]  # type: ignore[attr-defined]
-        return _unique_subclass(self.workflow_name, returned, StopEvent, "stop event", "returns")
+        return _unique_subclass(self.workflow_name, returned, StopEvent, "stop event", "return")
 
     @staticmethod
     def _collect_events(steps: dict[str, Callable[..., Any]]) -> list[type[Event]]:
@@ -338,10 +375,16 @@ class Workflow(metaclass=WorkflowMeta):
         start_event: StartEvent | None = None,
         **kwargs: Any,
     ) -> WorkflowHandler:
-        """Start a run on the current event loop and return its handler."""
+        """Start a run on the current event loop and return its handler.
+
+        Every argument is checked before the event loop is looked for, so a bad argument
+        raises its own error (``ValueError``, ``WorkflowRuntimeError``,
+        ``ContextStateError``, ...) even when no loop is running; only a call whose
+        arguments are all valid raises ``RuntimeError`` for the missing loop.
+        """
         from tickwork.runtime.session import detect_backend
 
-        detect_backend()
+        _check_run_arguments(ctx, start_event)
         self._locked = True
         config = self._prepare_run()
         run_id = kwargs.pop("run_id", None) or _new_run_id()
@@ -357,17 +400,13 @@ class Workflow(metaclass=WorkflowMeta):
         ctx = ctx if ctx is not None else Context(self)
         resumable = ctx._resumable_state(config)
         if resumable is not None:
-            if start_event is not None or kwargs:
-                _log.warning(
-                    "run() resumes a snapshot of a running workflow; the start event and "
-                    "keyword arguments %s are ignored",
-                    sorted(kwargs),
-                )
             start: StartEvent | None = None
             init = resumable
         else:
             start = self._build_start_event(config, start_event, kwargs)
             init = ctx._next_run_state(config)
+        detect_backend()
+        _log_ignored_arguments(resumable is not None, start_event, kwargs)
         session = RunSession(
             workflow=self,
             config=config,
@@ -391,16 +430,6 @@ class Workflow(metaclass=WorkflowMeta):
         self, config: RunConfig, start_event: StartEvent | None, kwargs: dict[str, Any]
     ) -> StartEvent:
         if start_event is not None:
-            if not isinstance(start_event, StartEvent):
-                raise ValueError(
-                    f"run(start_event=...) must be a StartEvent instance, got "
-                    f"{type(start_event).__name__}"
-                )
-            if kwargs:
-                _log.warning(
-                    "run(start_event=...) ignores the extra keyword arguments %s",
-                    sorted(kwargs),
-                )
             if not config.routes_for(type(start_event)):
                 raise WorkflowRuntimeError(
                     f"no step accepts the start event {type(start_event).__name__}; this "

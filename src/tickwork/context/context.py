@@ -11,7 +11,6 @@ step) is much harder to debug than an error at the call.
 from __future__ import annotations
 
 import threading
-import warnings
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic
 from pydantic import BaseModel
 from typing_extensions import TypeVar
 
+from tickwork._deprecation import warn_once
 from tickwork.context.serializers import BaseSerializer, JsonSerializer
 from tickwork.context.snapshot import SnapshotCache, decode_snapshot, encode_snapshot
 from tickwork.context.state_store import DictState, InMemoryStateStore, infer_state_type
@@ -242,10 +242,9 @@ class Context(Generic[MODEL_T]):
     def is_running(self) -> bool:
         """Whether the run is live (pre-run: the snapshot's flag)."""
         if self._step is not None:
-            warnings.warn(
+            warn_once(
+                "Context.is_running",
                 "Context.is_running inside a step is always True and is deprecated",
-                DeprecationWarning,
-                stacklevel=2,
             )
             return True
         if self._session is not None:
@@ -318,10 +317,9 @@ class Context(Generic[MODEL_T]):
     @property
     def streaming_queue(self) -> Any:
         """Deprecated: an ``asyncio.Queue`` fed with ``stream_events()`` (asyncio only)."""
-        warnings.warn(
+        warn_once(
+            "Context.streaming_queue",
             "Context.streaming_queue is deprecated; iterate handler.stream_events()",
-            DeprecationWarning,
-            stacklevel=2,
         )
         session = self._need_session("streaming_queue")
         from tickwork.runtime.session import detect_backend
@@ -343,10 +341,9 @@ class Context(Generic[MODEL_T]):
 
     def get_result(self) -> Any:
         """Deprecated: the run's result (raises before the run has ended)."""
-        warnings.warn(
+        warn_once(
+            "Context.get_result",
             "Context.get_result() is deprecated; await the handler instead",
-            DeprecationWarning,
-            stacklevel=2,
         )
         session = self._need_session("get_result")
         if session.exit is None:
