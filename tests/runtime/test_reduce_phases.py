@@ -30,7 +30,7 @@ from tickwork.runtime.control_loop.streams import EMPTY_BUFFER, decide_collect
 from tickwork.runtime.event_stream import materialize
 from tickwork.runtime.types.commands import CancelWorker, Halt, PublishStepState, RunWorker
 from tickwork.runtime.types.persistent import PList, PMap
-from tickwork.runtime.types.results import Completed, Suspended, WaiterRequest
+from tickwork.runtime.types.results import Completed, Failed, Suspended, WaiterRequest
 from tickwork.runtime.types.state import Invocation, StepRunState
 from tickwork.runtime.types.ticks import AddEvent, SessionStart, StepResult
 from tickwork.testing import ReducerKit
@@ -433,7 +433,7 @@ def test_resume_rearms_a_wakeup_for_every_pending_delayed_retry() -> None:
 
 def test_journaled_requirements_survive_the_journal_and_need_no_rerun() -> None:
     """api.md §23.1: requirements the serializer can store are stored, in journals too."""
-    from tickwork.runtime.journal_codec import decode_tick, encode_tick
+    from tickwork.serde.journal_codec import decode_tick, encode_tick
 
     kit = ReducerKit(HitlFlow())
     kit.start()
@@ -1081,6 +1081,23 @@ def test_a_new_suspension_of_a_work_item_drops_its_other_pending_waiter() -> Non
     assert set(kit.state.steps["ask"].waiters) == {"new"}
     assert kit.state.holdings.blind.size == 0
     assert resolvable(kit, Orphan(n=1)) == {("ask", "new")}
+
+
+def test_a_stale_waiter_timer_does_nothing_once_the_waiter_has_no_timeout() -> None:
+    """A waiter timed out, was deleted by the retried body and registered again without a
+    timeout: the timer armed for the old one must not touch the new one."""
+    kit = ReducerKit(HitlFlow())
+    kit.start()
+    (ask,) = kit.running("ask")
+    kit.suspend(ask, Reply, "w", timeout=10)
+    kit.advance(10)
+    (rerun,) = started(kit.waiter_timeout("ask", "w"))
+    failed = Failed(TimeoutError("no reply"), 0.0, kit.now, 0, ("w",))
+    (retry,) = started(kit.feed(StepResult(kit.now, "ask", rerun.invocation_id, failed)))
+    kit.suspend(retry, Reply, "w", timeout=None)
+    assert kit.waiter_timeout("ask", "w") == []
+    waiter = kit.state.steps["ask"].waiters["w"]
+    assert waiter.pending and waiter.timeout is None
 
 
 def test_a_suspension_forgets_the_waiters_its_body_deleted() -> None:

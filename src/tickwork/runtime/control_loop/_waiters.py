@@ -183,9 +183,8 @@ def process_waiter_timeout(tx: Tx, tick: WaiterTimeout) -> None:
         return
     current = tx.steps[tick.step]
     waiter = current.waiters.get(tick.waiter_id)
-    if waiter is None or waiter.resolved_event is not None or waiter.timed_out:
-        return
-    assert waiter.timeout is not None
+    if waiter is None or not waiter.pending or waiter.timeout is None:
+        return  # a stale timer: resolved, timed out, or registered again without a timeout
     remaining = waiter.timeout - (tx.elapsed_alive - waiter.registered_alive)
     if remaining > 1e-9:
         tx.emit(ScheduleWaiterTimeout(tx.now + remaining, tick.step, tick.waiter_id))
