@@ -11,7 +11,6 @@ import pytest
 from pydantic import BaseModel
 
 from tickwork._serde_fields import active_resolver, resolve_by_import, using_resolver
-from tickwork.context.serializers import JsonSerializer
 from tickwork.events import (
     CollectionReleaseEvent,
     DictLikeModel,
@@ -36,6 +35,7 @@ from tickwork.events import (
     WorkflowIdleEvent,
     WorkflowTimedOutEvent,
 )
+from tickwork.serde.serializers import JsonSerializer
 
 
 class Task(Event):

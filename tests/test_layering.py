@@ -1,20 +1,19 @@
-"""The import rules of ``architecture.md`` §1-2, checked on the source with ``ast``.
+"""The layers of ``architecture.md`` §2, checked on the source with ``ast``.
 
 Nothing here imports tickwork: every module under ``src/tickwork`` is parsed, its imports
 are resolved to module names, and the rules below are asserted on that graph.
 
-Two kinds of import are told apart:
+**Every import counts**: at module level (including inside ``try``/``if`` and class
+bodies), inside functions (a lazy import hides a cycle, it does not remove it) and under
+``if TYPE_CHECKING:`` (an annotation still couples the two modules).  On that graph:
 
-* **executed** imports run when the module or one of its functions runs: those at module
-  level (including inside ``try``/``if`` and class bodies) and those inside functions.
-  They are what the *direction* rules check, since a lazy import still couples two layers.
-* **top-level** imports are the executed ones outside functions. Only they can make an
-  import cycle, so only they are checked for cycles.
+* there is no import cycle anywhere;
+* each module belongs to exactly one layer of :data:`LAYERS`, and imports only from its
+  own layer or lower ones;
+* the pure core (the reducer and ``streams.py``) keeps its finer rules: no runner, no
+  event loop, no clock.
 
-Imports under ``if TYPE_CHECKING:`` are annotations only; no rule counts them.
-
-A rule about a file that does not exist yet is skipped with the reason, so the suite stays
-green while the runtime is being written; it starts to bite the moment the file lands.
+A rule about a file that does not exist yet is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -59,6 +58,82 @@ FACADE_EXPORTS = {
     "rebuild_state_from_ticks_stream",
     "replay_ticks_stream",
 }
+
+
+# The layers, lowest first (docs/architecture.md lists them with what lives where).  A
+# module belongs to the layer of its longest matching prefix.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "values",
+        (
+            "tickwork._version",
+            "tickwork._deprecation",
+            "tickwork.retry_policy._adapters",
+            "tickwork._serde_fields",
+            "tickwork._step_threads",
+            "tickwork.errors",
+            "tickwork.types",
+            "tickwork.collect",
+            "tickwork.retry_policy",
+            "tickwork.events",
+            RUNTIME_TYPES,
+        ),
+    ),
+    ("serialization", ("tickwork.serde",)),
+    ("stores", ("tickwork.stores",)),
+    ("core", ("tickwork.runtime",)),
+    (
+        "user API",
+        (
+            "tickwork.context",
+            "tickwork.handler",
+            "tickwork._signature",
+            "tickwork.decorators",
+            "tickwork.resource",
+            "tickwork.resource_checks",
+            "tickwork.workflow",
+            "tickwork.representation",
+        ),
+    ),
+    (
+        "composition",
+        (
+            PACKAGE,
+            "tickwork.journal",
+            "tickwork.testing",
+            "tickwork.cli",
+            "tickwork._cli",
+            "tickwork.utils",
+        ),
+    ),
+)
+
+# What the core must never reach (it learns about them through data and protocols).
+ABOVE_THE_CORE = (
+    "tickwork.context",
+    "tickwork.handler",
+    "tickwork.workflow",
+    "tickwork.decorators",
+    "tickwork.representation",
+    "tickwork.testing",
+    "tickwork.cli",
+    "tickwork._cli",
+)
+
+
+def layer_of(module: str) -> int | None:
+    """The index in :data:`LAYERS` of ``module`` (its longest matching prefix wins)."""
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for position, (_name, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (
+                best is None or len(prefix) > best[0]
+            ):
+                best = (len(prefix), position)
+    # The root package is a prefix of everything: only the root itself is composition.
+    if best is not None and best[0] == len(PACKAGE) and module != PACKAGE:
+        return None
+    return None if best is None else best[1]
 
 
 # --------------------------------------------------------------------------------------
@@ -179,15 +254,12 @@ def within(name: str, prefix: str) -> bool:
 
 
 def find_cycles(modules: dict[str, ModuleInfo]) -> list[list[str]]:
-    """Each cycle of top-level imports between package modules, as a closed path."""
+    """Each import cycle between package modules, as a closed path.
+
+    Every import counts: lazy ones inside functions and ``TYPE_CHECKING`` ones too.
+    """
     graph: dict[str, list[str]] = {
-        name: sorted(
-            {
-                imp.target
-                for imp in info.imports
-                if imp.top_level and imp.executed and imp.target in modules
-            }
-        )
+        name: sorted({imp.target for imp in info.imports if imp.target in modules})
         for name, info in modules.items()
     }
     # Tarjan's strongly connected components, iterative to stay clear of recursion limits.
@@ -323,41 +395,42 @@ def test_pure_core_does_no_io_no_waiting_no_clock(
     )
 
 
-def test_runtime_types_import_nothing_above_them(modules: dict[str, ModuleInfo]) -> None:
-    type_modules = [n for n in modules if within(n, RUNTIME_TYPES) and n != RUNTIME_TYPES]
-    if not type_modules:
-        pytest.skip(f"not written yet: {RUNTIME_TYPES}.*")
-    imports = _executed_imports(modules, RUNTIME_TYPES)
-    above = [
-        "tickwork.workflow",
-        "tickwork.handler",
-        "tickwork.context",
-        "tickwork.journal",
-        "tickwork.testing",
-        "tickwork.cli",
+def test_every_module_belongs_to_one_layer(modules: dict[str, ModuleInfo]) -> None:
+    unassigned = sorted(name for name in modules if layer_of(name) is None)
+    assert not unassigned, (
+        "modules with no layer (add them to LAYERS and to docs/architecture.md): "
+        + ", ".join(unassigned)
+    )
+
+
+def test_imports_point_down_the_layers(modules: dict[str, ModuleInfo]) -> None:
+    """A module imports only from its own layer or lower ones (every import counts)."""
+    upward = []
+    for name, info in modules.items():
+        own = layer_of(name)
+        for imp in info.imports:
+            target = layer_of(imp.target) if imp.target in modules else None
+            if own is not None and target is not None and target > own:
+                upward.append(f"{imp} ({LAYERS[own][0]} -> {LAYERS[target][0]})")
+    assert not upward, "imports that point up:\n" + "\n".join(upward)
+
+
+def test_the_core_knows_nothing_above_it(modules: dict[str, ModuleInfo]) -> None:
+    """architecture.md §2: what the runtime needs from above comes as data or protocols."""
+    imports = [
+        imp
+        for name, info in modules.items()
+        if within(name, "tickwork.runtime")
+        for imp in info.imports
     ]
-    bad = _violations(imports, *above)
-    # The rest of tickwork.runtime (control loop, adapters, default runtime) sits above.
-    bad += [
-        str(i)
-        for i in imports
-        if within(i.target, "tickwork.runtime") and not within(i.target, RUNTIME_TYPES)
-    ]
-    # The root package re-exports Workflow and Context, so importing it reaches the top.
+    bad = _violations(imports, *ABOVE_THE_CORE)
     bad += [str(i) for i in imports if i.target == PACKAGE]
     assert not bad
 
 
-@pytest.mark.parametrize("foundation", ["tickwork.events", "tickwork.errors", "tickwork.collect"])
-def test_foundation_modules_stay_at_the_bottom(
-    modules: dict[str, ModuleInfo], foundation: str
-) -> None:
-    _require(modules, foundation)
-    imports = _executed_imports(modules, foundation)
-    bad = _violations(
-        imports, "tickwork.workflow", "tickwork.context", "tickwork.runtime", "tickwork.handler"
-    )
-    bad += [str(i) for i in imports if i.target == PACKAGE]  # the root re-exports Workflow
+def test_nothing_imports_the_package_root(modules: dict[str, ModuleInfo]) -> None:
+    """The root re-exports the user API; importing it from inside reaches the top."""
+    bad = [str(i) for info in modules.values() for i in info.imports if i.target == PACKAGE]
     assert not bad
 
 
@@ -396,7 +469,7 @@ def test_runner_is_imported_only_from_above(modules: dict[str, ModuleInfo]) -> N
 
 def test_no_import_cycles(modules: dict[str, ModuleInfo]) -> None:
     cycles = find_cycles(modules)
-    assert not cycles, "top-level import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
 def _names_bound_at_module_level(tree: ast.Module) -> set[str]:
@@ -504,10 +577,11 @@ def test_checker_resolves_imports_of_every_kind(tmp_path: Path) -> None:
     assert {i.target for i in mods["pkg.sub"].imports} == {"pkg.sub.c"}
     assert {i.target for i in mods["pkg"].imports} == {"pkg.a"}
     assert [i.type_checking for i in mods["pkg.sub.d"].imports] == [False, True]
-    assert find_cycles(mods) == []  # pkg.sub.d -> pkg.a is under TYPE_CHECKING only
+    # pkg.sub.d -> pkg.a is under TYPE_CHECKING only, and still a cycle.
+    assert find_cycles(mods) == [["pkg.a", "pkg.sub.d", "pkg.a"]]
 
 
-def test_checker_reports_top_level_cycles_only(tmp_path: Path) -> None:
+def test_checker_reports_cycles_through_lazy_imports_too(tmp_path: Path) -> None:
     _write(
         tmp_path,
         {
@@ -521,4 +595,15 @@ def test_checker_reports_top_level_cycles_only(tmp_path: Path) -> None:
         },
     )
     cycles = find_cycles(load_package(tmp_path, "pkg"))
-    assert sorted(cycles) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"], ["pkg.f", "pkg.f"]]
+    assert sorted(cycles) == [
+        ["pkg.a", "pkg.b", "pkg.c", "pkg.a"],
+        ["pkg.d", "pkg.e", "pkg.d"],
+        ["pkg.f", "pkg.f"],
+    ]
+
+
+def test_layer_of_picks_the_longest_prefix() -> None:
+    assert LAYERS[layer_of("tickwork.runtime.types.state") or 0][0] == "values"
+    assert LAYERS[layer_of("tickwork.runtime.session") or 0][0] == "core"
+    assert LAYERS[layer_of(PACKAGE) or 0][0] == "composition"
+    assert layer_of("tickwork.something_new") is None

@@ -19,9 +19,9 @@ import pytest
 mypy_api = pytest.importorskip("mypy.api")
 pytest.importorskip("tenacity")
 
-import tickwork.retry_policy  # noqa: E402 - after the importorskips on purpose
+import tickwork  # noqa: E402 - after the importorskips on purpose
 
-SRC = Path(tickwork.retry_policy.__file__).resolve().parents[1]
+SRC = Path(tickwork.__file__).resolve().parents[1]
 
 # Only the retry modules are analysed; the rest of tickwork is skipped (it would take
 # ten seconds more and has nothing to do with these annotations).  Skipped modules turn
@@ -36,7 +36,7 @@ cache_dir = {cache}
 [mypy-tickwork.*]
 follow_imports = skip
 
-[mypy-tickwork.retry_policy,tickwork._retry_adapters,tickwork._deprecation]
+[mypy-tickwork.retry_policy,tickwork.retry_policy.*,tickwork._deprecation]
 follow_imports = normal
 """
 

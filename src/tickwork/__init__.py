@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tickwork._version import __version__ as __version__
 from tickwork.context.context import Context
 from tickwork.decorators import catch_error, step
 from tickwork.events import (
@@ -12,8 +13,6 @@ from tickwork.events import (
     StopEvent,
 )
 from tickwork.workflow import Workflow
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Context",

@@ -134,10 +134,25 @@ def load_event(value: Any) -> Any:
     return value
 
 
+class UnreconstructedException(Exception):
+    """Stands in for an exception whose class could not be rebuilt from a snapshot.
+
+    ``str()`` is the original message and ``original_type`` the original qualified name;
+    serializing it again writes that name, so round trips never wrap it twice.  Defined
+    here, below the events that carry exceptions; its public home is
+    :mod:`tickwork.events`.
+    """
+
+    def __init__(self, message: str, original_type: str = "") -> None:
+        super().__init__(message)
+        self.original_type = original_type
+
+
+UnreconstructedException.__module__ = "tickwork.events"
+
+
 def dump_exception(exc: Any) -> dict[str, str]:
     """``{"exception_type": "module.qualname", "exception_message": str(exc)}``."""
-    from tickwork.events import UnreconstructedException
-
     if isinstance(exc, UnreconstructedException) and exc.original_type:
         name = exc.original_type
     else:
@@ -153,8 +168,6 @@ def load_exception(value: Any) -> Any:
     """
     if isinstance(value, BaseException) or not isinstance(value, dict):
         return value
-    from tickwork.events import UnreconstructedException
-
     name = str(value.get("exception_type", ""))
     message = str(value.get("exception_message", ""))
     try:

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from tickwork.collect import All, Collect, Take
 from tickwork.errors import WorkflowValidationError
 from tickwork.events import Event
-from tickwork.resource import ResourceDefinition, resource_declaration
+from tickwork.resource.declarations import ResourceDefinition, resource_declaration
 
 __all__ = [
     "InferredSignature",

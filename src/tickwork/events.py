@@ -23,6 +23,7 @@ from pydantic import (
 from typing_extensions import Self
 
 from tickwork._serde_fields import (
+    UnreconstructedException,
     dump_event,
     dump_event_type,
     dump_exception,
@@ -57,18 +58,6 @@ __all__ = [
     "WorkflowIdleEvent",
     "WorkflowTimedOutEvent",
 ]
-
-
-class UnreconstructedException(Exception):
-    """Stands in for an exception whose class could not be rebuilt from a snapshot.
-
-    ``str()`` is the original message and ``original_type`` the original qualified name;
-    serializing it again writes that name, so round trips never wrap it twice.
-    """
-
-    def __init__(self, message: str, original_type: str = "") -> None:
-        super().__init__(message)
-        self.original_type = original_type
 
 
 class DictLikeModel(BaseModel):

@@ -14,6 +14,8 @@ import anyio
 from tickwork._deprecation import warn_once
 from tickwork.errors import WorkflowCancelledByUser
 from tickwork.events import Event, StopEvent
+from tickwork.runtime.journal_view import iterate_journal
+from tickwork.runtime.session import detect_backend
 
 if TYPE_CHECKING:
     from tickwork.context.context import Context
@@ -122,8 +124,6 @@ class WorkflowHandler:
 
     def journal(self) -> AsyncIterator[JournalRecord]:
         """The run's journal records (needs ``Workflow(journal=True)``)."""
-        from tickwork.runtime.journal_view import iterate_journal
-
         return iterate_journal(self._session)
 
     # -- deprecated ------------------------------------------------------------------------
@@ -160,8 +160,6 @@ class WorkflowHandler:
 
 
 def _backend_is_asyncio() -> bool:
-    from tickwork.runtime.session import detect_backend
-
     try:
         return detect_backend() == "asyncio"
     except RuntimeError:

@@ -17,7 +17,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from tickwork.context.context import Context
-from tickwork.context.serializers import BaseSerializer
 from tickwork.errors import (
     ContextStateError,
     WorkflowConfigurationError,
@@ -31,11 +30,14 @@ from tickwork.representation.checks import check_catch_error_structure, validate
 from tickwork.resource import ResourceManager
 from tickwork.resource_checks import validate_step_resources
 from tickwork.runtime.config import build_run_config
+from tickwork.runtime.default import DEFAULT_RUNTIME, InProcessRuntime
 from tickwork.runtime.run_slots import RunSlots
-from tickwork.runtime.session import RunSession
+from tickwork.runtime.session import RunSession, detect_backend
 from tickwork.runtime.step_worker import StepInvokers
 from tickwork.runtime.types.state import RunConfig
 from tickwork.runtime.verbose import VerbosePrinter, choose_sink
+from tickwork.serde.serializers import BaseSerializer
+from tickwork.stores.store import JournalStore
 
 __all__ = ["Workflow", "WorkflowMeta"]
 
@@ -99,8 +101,6 @@ def _unique_subclass(
 
 
 def _check_journal(journal: Any) -> Any:
-    from tickwork.journal.store import JournalStore
-
     if journal is None or isinstance(journal, (bool, JournalStore)):
         return bool(journal) if journal is None else journal
     raise WorkflowConfigurationError(
@@ -232,8 +232,6 @@ class Workflow(metaclass=WorkflowMeta):
 
     @staticmethod
     def _resolve_runtime(runtime: Any) -> Any:
-        from tickwork.runtime.default import DEFAULT_RUNTIME, InProcessRuntime
-
         if runtime is None:
             return DEFAULT_RUNTIME
         if not isinstance(runtime, InProcessRuntime):
@@ -382,8 +380,6 @@ class Workflow(metaclass=WorkflowMeta):
         ``ContextStateError``, ...) even when no loop is running; only a call whose
         arguments are all valid raises ``RuntimeError`` for the missing loop.
         """
-        from tickwork.runtime.session import detect_backend
-
         _check_run_arguments(ctx, start_event)
         self._locked = True
         config = self._prepare_run()

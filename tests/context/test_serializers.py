@@ -15,14 +15,6 @@ from pydantic import BaseModel
 
 import tickwork.context as context_package
 from tickwork._serde_fields import active_resolver, resolve_by_import
-from tickwork.context import serializers as serializers_module
-from tickwork.context.serializers import (
-    BaseSerializer,
-    JsonPickleSerializer,
-    JsonSerializer,
-    PickleSerializer,
-    register_framework_types,
-)
 from tickwork.context.state_store import DictState
 from tickwork.errors import StepTimeoutError
 from tickwork.events import (
@@ -31,6 +23,14 @@ from tickwork.events import (
     StopEvent,
     UnreconstructedException,
     WorkflowFailedEvent,
+)
+from tickwork.serde import serializers as serializers_module
+from tickwork.serde.serializers import (
+    BaseSerializer,
+    JsonPickleSerializer,
+    JsonSerializer,
+    PickleSerializer,
+    register_framework_types,
 )
 
 

@@ -17,8 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
-from tickwork.context.serializers import JsonSerializer
-from tickwork.context.snapshot import SnapshotCache, encode_snapshot
 from tickwork.events import StepState, StepStateChanged
 from tickwork.runtime.types.persistent import PList, PMap, PQueue
 from tickwork.runtime.types.state import (
@@ -33,6 +31,8 @@ from tickwork.runtime.types.state import (
     Waiter,
     WorkItem,
 )
+from tickwork.serde.serializers import JsonSerializer
+from tickwork.serde.snapshot import SnapshotCache, encode_snapshot
 
 SER = JsonSerializer()
 
@@ -360,8 +360,8 @@ class _Unicode(Event):
 def test_a_release_event_spliced_from_its_members_is_the_serializer_text(
     members: list[Event],
 ) -> None:
-    from tickwork.context.snapshot import _Encoder
     from tickwork.events import CollectionReleaseEvent
+    from tickwork.serde.snapshot import _Encoder
 
     event = CollectionReleaseEvent(events=members, stream_id="stream-9", binding_id="b:1")
     encoder = _Encoder(SER, SnapshotCache())

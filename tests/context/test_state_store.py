@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tickwork._step_threads import step_thread
 from tickwork.context._state_section import _value_tree
-from tickwork.context.serializers import JsonSerializer, PickleSerializer
 from tickwork.context.state_store import (
     KNOWN_UNSERIALIZABLE_KEYS,
     MAX_DEPTH,
@@ -41,6 +40,7 @@ from tickwork.context.state_store import (
     set_by_path_copy,
 )
 from tickwork.events import StartEvent
+from tickwork.serde.serializers import JsonSerializer, PickleSerializer
 
 pytestmark = pytest.mark.filterwarnings(
     "error::tickwork.context.state_store.UnserializableKeyWarning"

@@ -18,7 +18,6 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from tickwork._step_threads import step_thread
-from tickwork.context.serializers import JsonSerializer
 from tickwork.context.state_store import (
     DictState,
     InMemoryStateStore,
@@ -30,6 +29,7 @@ from tickwork.context.state_store import (
     set_by_path_copy,
 )
 from tickwork.events import DictLikeModel, StartEvent, StopEvent
+from tickwork.serde.serializers import JsonSerializer
 
 # Every public method of dict and of the dict state (mapping API and pydantic API), plus
 # a few dunder names that attribute access would also have found.

@@ -1,4 +1,4 @@
-"""Journal records (``tickwork.runtime.journal_codec``): the two forms an event may take."""
+"""Journal records (``tickwork.serde.journal_codec``): the two forms an event may take."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 import pytest
 
 from tickwork import Event
-from tickwork.context.serializers import JsonSerializer, PickleSerializer
-from tickwork.runtime.journal_codec import decode_tick, encode_tick
 from tickwork.runtime.types.results import Completed
 from tickwork.runtime.types.ticks import AddEvent, PublishEvent, StepResult
+from tickwork.serde.journal_codec import decode_tick, encode_tick
+from tickwork.serde.serializers import JsonSerializer, PickleSerializer
 
 
 class Note(Event):

@@ -38,8 +38,6 @@ from tickwork import (
     Workflow,
     step,
 )
-from tickwork.context.serializers import JsonSerializer
-from tickwork.context.snapshot import encode_snapshot
 from tickwork.errors import WorkflowCancelledByUser, WorkflowTimeoutError
 from tickwork.retry_policy import retry_policy, stop_after_attempt, wait_fixed
 from tickwork.runtime.control_loop import (
@@ -48,6 +46,8 @@ from tickwork.runtime.control_loop import (
     replay_ticks_stream,
 )
 from tickwork.runtime.session import RunSession
+from tickwork.serde.serializers import JsonSerializer
+from tickwork.serde.snapshot import encode_snapshot
 from tickwork.testing import ReducerKit
 from tickwork.types import JournalRecord
 

@@ -30,7 +30,6 @@ from tickwork import (
     Workflow,
     step,
 )
-from tickwork.context.serializers import JsonSerializer, PickleSerializer
 from tickwork.errors import (
     ContextSerdeError,
     ContextStateError,
@@ -40,6 +39,7 @@ from tickwork.errors import (
 from tickwork.events import StepState, StepStateChanged
 from tickwork.handler import WorkflowHandler
 from tickwork.retry_policy import retry_policy, stop_after_attempt, wait_fixed
+from tickwork.serde.serializers import JsonSerializer, PickleSerializer
 
 TIMEOUT = 10.0
 

@@ -16,7 +16,6 @@ from tickwork.events import (
     StepFailedEvent,
     StopEvent,
 )
-from tickwork.representation._configs import shape_steps
 from tickwork.representation.checks import (
     GraphFinding,
     _CheckGraph,
@@ -28,7 +27,8 @@ from tickwork.representation.checks import (
     find_graph_problems,
     validate_steps,
 )
-from tickwork.representation.streams import compute_stream_bindings
+from tickwork.runtime.step_shapes import shape_steps
+from tickwork.runtime.stream_plan import compute_stream_bindings
 
 from .stepkit import NoneType, collect, fan_out, handler, join, step, steps
 

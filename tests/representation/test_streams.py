@@ -8,7 +8,7 @@ import pytest
 
 from tickwork.collect import Collect, Take
 from tickwork.events import Event, HumanResponseEvent, StartEvent, StopEvent
-from tickwork.representation.streams import (
+from tickwork.runtime.stream_plan import (
     StreamBinding,
     StreamPlan,
     compute_stream_bindings,

@@ -25,7 +25,7 @@ from tickwork.events import (
 )
 from tickwork.handler import WorkflowHandler
 from tickwork.representation.build import discover_step_functions
-from tickwork.representation.streams import StreamBinding, compute_stream_bindings
+from tickwork.runtime.stream_plan import StreamBinding, compute_stream_bindings
 from tickwork.runtime.verbose import summarize
 from tickwork.workflow import Workflow
 

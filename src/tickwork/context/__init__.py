@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from tickwork.context.serializers import BaseSerializer, JsonSerializer, PickleSerializer
-
-if TYPE_CHECKING:
-    from tickwork.context.context import Context
+from tickwork.context.context import Context
+from tickwork.serde.serializers import BaseSerializer, JsonSerializer, PickleSerializer
 
 __all__ = [
     "BaseSerializer",
@@ -15,13 +11,3 @@ __all__ = [
     "JsonSerializer",
     "PickleSerializer",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # ``Context`` sits above the runtime, which itself imports serializers and the
-    # snapshot codec from this package: load it on first use to keep imports acyclic.
-    if name == "Context":
-        from tickwork.context.context import Context
-
-        return Context
-    raise AttributeError(f"module 'tickwork.context' has no attribute {name!r}")

@@ -22,8 +22,13 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar
 
 from tickwork.context._state_patch import diff_trees, is_tree_dict, json_equal, pointer
-from tickwork.context.serializers import BaseSerializer, JsonSerializer, PickleSerializer
 from tickwork.events import DictLikeModel
+from tickwork.serde.serializers import (
+    BaseSerializer,
+    JsonSerializer,
+    PickleSerializer,
+    register_framework_types,
+)
 
 __all__ = [
     "KNOWN_UNSERIALIZABLE_KEYS",
@@ -50,6 +55,8 @@ _ABSENT: Any = object()
 class DictState(DictLikeModel):
     """The default state: a bag of dynamic fields (``DictState(_data={...})``)."""
 
+
+register_framework_types(DictState)  # so that allow-listed serializers admit it
 
 MODEL_T = TypeVar("MODEL_T", bound=BaseModel, default=DictState)
 

@@ -13,23 +13,23 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 from pydantic import BaseModel
 from typing_extensions import TypeVar
 
 from tickwork._deprecation import warn_once
-from tickwork.context.serializers import BaseSerializer, JsonSerializer
-from tickwork.context.snapshot import SnapshotCache, decode_snapshot, encode_snapshot
 from tickwork.context.state_store import DictState, InMemoryStateStore, infer_state_type
 from tickwork.errors import ContextSerdeError, ContextStateError, WorkflowRuntimeError
 from tickwork.events import Event
 from tickwork.retry_policy import RetryInfo
 from tickwork.runtime.control_loop.reduce import initial_state
-from tickwork.runtime.session import RunSession
+from tickwork.runtime.session import RunSession, detect_backend
 from tickwork.runtime.step_scope import check_send_target, current_step_context
 from tickwork.runtime.types.evolve import evolve
 from tickwork.runtime.types.state import RunConfig, RunState
+from tickwork.serde.serializers import BaseSerializer, JsonSerializer
+from tickwork.serde.snapshot import SnapshotCache, decode_snapshot, encode_snapshot
 
 if TYPE_CHECKING:
     from tickwork.runtime.step_scope import StepScope
@@ -171,12 +171,14 @@ class Context(Generic[MODEL_T]):
     def _for_step(cls, scope: StepScope) -> Context[Any]:
         """A step-face Context for one invocation (built by the runtime)."""
         ctx: Context[Any] = cls.__new__(cls)
-        ctx._workflow = scope.session.workflow
-        ctx._serializer = scope.session.serializer or JsonSerializer()
-        ctx._state_type = scope.session.store.state_type
+        # The workflow layer hosts every step scope in a RunSession.
+        session = cast("RunSession", scope.session)
+        ctx._workflow = session.workflow
+        ctx._serializer = session.serializer or JsonSerializer()
+        ctx._state_type = session.store.state_type
         ctx._snapshot = None
         ctx._staging_store = None
-        ctx._session = scope.session
+        ctx._session = session
         ctx._step = scope
         ctx._loop_thread = None
         ctx._queue = None
@@ -322,8 +324,6 @@ class Context(Generic[MODEL_T]):
             "Context.streaming_queue is deprecated; iterate handler.stream_events()",
         )
         session = self._need_session("streaming_queue")
-        from tickwork.runtime.session import detect_backend
-
         if detect_backend() != "asyncio":
             raise NotImplementedError("Context.streaming_queue is only available under asyncio")
         if self._queue is None:

@@ -44,7 +44,7 @@ from tickwork.context._state_section import (
     parse_in_memory_state,
     string_section,
 )
-from tickwork.context.serializers import BaseSerializer
+from tickwork.serde.serializers import BaseSerializer
 
 __all__ = [
     "KNOWN_UNSERIALIZABLE_KEYS",

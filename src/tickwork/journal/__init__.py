@@ -2,32 +2,16 @@
 
 ``Workflow(journal=SqliteJournal("runs.db"))`` journals every run of the workflow;
 ``await recover_runs(MyFlow(journal=store))`` at start-up resumes the runs that were
-interrupted by a crash.
+interrupted by a crash.  The stores live in :mod:`tickwork.stores` and are re-exported
+here with the recovery functions, which sit above workflows and handlers.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from tickwork.journal.memory import InMemoryJournal
-from tickwork.journal.sqlite import SqliteJournal
-from tickwork.journal.store import JournalError, JournalStore, RunEntry, StatePatch
-
-if TYPE_CHECKING:
-    from tickwork.journal.recovery import load_run, recover_runs, resume_run
-
-_RECOVERY = {"load_run", "recover_runs", "resume_run"}
-
-
-def __getattr__(name: str) -> Any:
-    # Recovery sits above the runtime (it builds Contexts and starts runs), while the
-    # runtime itself imports the store protocol from this package: load it lazily.
-    if name in _RECOVERY:
-        from tickwork.journal import recovery
-
-        return getattr(recovery, name)
-    raise AttributeError(f"module 'tickwork.journal' has no attribute {name!r}")
-
+from tickwork.journal.recovery import load_run, recover_runs, resume_run
+from tickwork.stores.memory import InMemoryJournal
+from tickwork.stores.sqlite import SqliteJournal
+from tickwork.stores.store import JournalError, JournalStore, RunEntry, StatePatch
 
 __all__ = [
     "InMemoryJournal",

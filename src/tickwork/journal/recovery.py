@@ -14,9 +14,9 @@ from typing import Any
 from tickwork.context.context import Context
 from tickwork.context.state_store import InMemoryStateStore, apply_state_patch
 from tickwork.handler import WorkflowHandler
-from tickwork.journal.store import JournalError, JournalStore
 from tickwork.runtime.control_loop.reduce import reduce
-from tickwork.runtime.journal_codec import decode_tick
+from tickwork.serde.journal_codec import decode_tick
+from tickwork.stores.store import JournalError, JournalStore
 
 __all__ = ["load_run", "recover_runs", "resume_run"]
 

@@ -9,7 +9,7 @@ ordinary edge to ``A``).  A drawing is for a human, who needs to see them, so
 * ``resource``: an edge to a resource or config node (labelled with the parameter);
 * ``flow``: every other graph edge;
 * ``join`` (added): a fan-out producer to each ``list[E]`` step bound to its stream, as
-  computed by :func:`~tickwork.representation.streams.compute_stream_bindings`;
+  computed by :func:`~tickwork.runtime.stream_plan.compute_stream_bindings`;
 * ``failure`` (added): each step to the ``@catch_error`` handler that owns its failures.
 
 Both renderers (Mermaid and HTML) draw from this one model, so they always agree.
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tickwork.collect import Take
-from tickwork.representation._configs import catch_error_owners, config_of, shape_steps
 from tickwork.representation.build import discover_step_functions, get_workflow_representation
 from tickwork.representation.model import WorkflowGraph, WorkflowGraphNode
-from tickwork.representation.streams import StreamBinding, compute_stream_bindings
+from tickwork.runtime.step_shapes import catch_error_owners, config_of, shape_steps
+from tickwork.runtime.stream_plan import StreamBinding, compute_stream_bindings
 
 __all__ = ["EDGE_KINDS", "DrawnEdge", "EdgeKind", "WorkflowDrawing", "drawing_of"]
 

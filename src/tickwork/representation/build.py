@@ -17,7 +17,6 @@ from typing import Any
 from pydantic import BaseModel
 
 from tickwork.events import Event, HumanResponseEvent, InputRequiredEvent, StopEvent
-from tickwork.representation._configs import StepConfigView, config_of, event_classes
 from tickwork.representation.model import (
     WorkflowEventNode,
     WorkflowExternalNode,
@@ -28,6 +27,7 @@ from tickwork.representation.model import (
     WorkflowResourceNode,
     WorkflowStepNode,
 )
+from tickwork.runtime.step_shapes import StepConfigView, config_of, event_classes
 
 __all__ = ["discover_step_functions", "get_workflow_representation"]
 

@@ -22,7 +22,7 @@ from tickwork.events import (
     StepFailedEvent,
     StopEvent,
 )
-from tickwork.representation._configs import (
+from tickwork.runtime.step_shapes import (
     StepConfigView,
     StepShape,
     config_of,
@@ -30,7 +30,7 @@ from tickwork.representation._configs import (
     matches,
     shape_steps,
 )
-from tickwork.representation.streams import StreamPlan, compute_stream_bindings
+from tickwork.runtime.stream_plan import StreamPlan, compute_stream_bindings
 
 __all__ = [
     "GraphFinding",

@@ -11,7 +11,7 @@ from types import NoneType
 from typing import Any
 
 from tickwork.collect import Take
-from tickwork.representation.streams import compute_stream_bindings
+from tickwork.runtime.stream_plan import compute_stream_bindings
 from tickwork.runtime.types.state import BindingSpec, RunConfig, StepSpec
 
 __all__ = ["build_run_config", "step_spec"]

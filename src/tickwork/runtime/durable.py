@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tickwork.context.serializers import BaseSerializer
-from tickwork.context.snapshot import encode_snapshot
 from tickwork.errors import WorkflowRuntimeError
-from tickwork.journal.store import JournalStore, RunStatus, StatePatch
-from tickwork.runtime.journal_codec import encode_tick
 from tickwork.runtime.types.state import RunState
 from tickwork.runtime.types.ticks import Tick
+from tickwork.serde.journal_codec import encode_tick
+from tickwork.serde.serializers import BaseSerializer
+from tickwork.serde.snapshot import encode_snapshot
+from tickwork.stores.store import JournalStore, RunStatus, StatePatch
 from tickwork.types import JournalRecord
 
 __all__ = ["DurableWriter"]

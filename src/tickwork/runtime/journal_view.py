@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 from tickwork.errors import WorkflowRuntimeError
+from tickwork.runtime.session import RunSession
+from tickwork.serde.journal_codec import encode_tick
 from tickwork.types import JournalRecord
-
-if TYPE_CHECKING:
-    from tickwork.runtime.session import RunSession
 
 __all__ = ["iterate_journal"]
 
 
 async def iterate_journal(session: RunSession) -> AsyncIterator[JournalRecord]:
     """Yield the records kept so far, then live ones, until the run has ended."""
-    from tickwork.runtime.journal_codec import encode_tick
-
     if session.journal is None:
         raise WorkflowRuntimeError(
             f"journaling is not enabled for workflow {session.config.workflow_name}; "

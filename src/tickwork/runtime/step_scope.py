@@ -19,7 +19,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio.from_thread
 
@@ -28,14 +28,12 @@ from tickwork.events import StopEvent
 from tickwork.retry_policy import RetryInfo
 from tickwork.runtime.control_loop.streams import EMPTY_BUFFER, decide_collect
 from tickwork.runtime.types.results import CollectOp, Suspend, WaiterRequest
-from tickwork.runtime.types.state import CollectBuffer, Invocation, StepSpec
+from tickwork.runtime.types.state import CollectBuffer, Invocation, RunConfig, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, PublishEvent, Tick
-
-if TYPE_CHECKING:
-    from tickwork.runtime.session import RunSession
 
 __all__ = [
     "CURRENT_SCOPE",
+    "ScopeHost",
     "StepScope",
     "Suspend",
     "check_send_target",
@@ -112,6 +110,27 @@ def current_step_context() -> Any:
     return scope.context() if scope is not None else None
 
 
+class ScopeHost(Protocol):
+    """What a :class:`StepScope` needs from the run hosting it (the run session).
+
+    Defined here, where it is used, so that the scope never imports the session.
+    """
+
+    @property
+    def config(self) -> RunConfig:
+        """The run's immutable configuration."""
+        ...
+
+    @property
+    def live(self) -> bool:
+        """Whether the run has not ended yet."""
+        ...
+
+    def make_step_context(self, scope: Any) -> Any:
+        """The step-face ``Context`` of an invocation (built by the layer above)."""
+        ...
+
+
 class StepScope:
     """The per-invocation state behind a step-face ``Context``."""
 
@@ -132,7 +151,7 @@ class StepScope:
 
     def __init__(
         self,
-        session: RunSession,
+        session: ScopeHost,
         invocation: Invocation,
         post: Callable[[Tick], None],
         loop_thread: int,

@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -24,15 +24,51 @@ from tickwork._step_threads import step_thread
 from tickwork.errors import StepTimeoutError, WorkflowRuntimeError
 from tickwork.events import Event
 from tickwork.retry_policy import call_policy, retry_seed
-from tickwork.runtime.step_scope import CURRENT_SCOPE, StepScope, Suspend
+from tickwork.runtime.step_scope import CURRENT_SCOPE, ScopeHost, StepScope, Suspend
 from tickwork.runtime.types.results import Completed, Failed, StepOutcome, Suspended
 from tickwork.runtime.types.state import Invocation, RunConfig, StepSpec
 from tickwork.runtime.types.ticks import Tick
 
-if TYPE_CHECKING:
-    from tickwork.runtime.session import RunSession
+__all__ = ["WorkerHost", "StepInvoker", "StepInvokers", "check_return_value", "execute_invocation"]
 
-__all__ = ["StepInvoker", "StepInvokers", "check_return_value", "execute_invocation"]
+
+class WorkerHost(ScopeHost, Protocol):
+    """What executing an invocation needs from the run hosting it (the run session).
+
+    Defined here, where it is used, so that the worker never imports the session.
+    """
+
+    @property
+    def invokers(self) -> Mapping[str, StepInvoker]:
+        """Step name -> how to call it."""
+        ...
+
+    @property
+    def loop_thread(self) -> int:
+        """The thread id of the event loop running the run."""
+        ...
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (seeds retry jitter)."""
+        ...
+
+    @property
+    def run_span(self) -> Any:
+        """The run's tracing span (``None`` when tracing is off)."""
+        ...
+
+    def step_span(self, invocation: Invocation) -> Any:
+        """The tracing span of one invocation (``None`` when tracing is off)."""
+        ...
+
+    def thread_limiter(self, spec: StepSpec) -> Any:
+        """The limiter of a sync step's worker threads in this run."""
+        ...
+
+    async def resolve_resources(self, resources: list[Any]) -> dict[str, Any]:
+        """Resolve a step's resources for one invocation."""
+        ...
 
 
 def check_return_value(spec: StepSpec, value: Any) -> None:
@@ -142,7 +178,7 @@ def _bind_arguments(
 
 
 async def _run_body(
-    session: RunSession, invocation: Invocation, invoker: StepInvoker, scope: StepScope
+    session: WorkerHost, invocation: Invocation, invoker: StepInvoker, scope: StepScope
 ) -> Any:
     CURRENT_SCOPE.set(weakref.ref(scope))
     kwargs = _bind_arguments(invocation, invoker, scope)
@@ -161,7 +197,7 @@ async def _run_body(
 
 
 async def _run_with_timeout(
-    session: RunSession, invocation: Invocation, invoker: StepInvoker, scope: StepScope
+    session: WorkerHost, invocation: Invocation, invoker: StepInvoker, scope: StepScope
 ) -> Any:
     timeout = invoker.timeout
     with anyio.move_on_after(timeout) as deadline:
@@ -176,7 +212,7 @@ async def _run_with_timeout(
 
 
 def _failure(
-    session: RunSession,
+    session: WorkerHost,
     invocation: Invocation,
     invoker: StepInvoker,
     error: Exception,
@@ -211,7 +247,7 @@ def _failure(
 
 
 async def execute_invocation(
-    session: RunSession,
+    session: WorkerHost,
     invocation: Invocation,
     post: Callable[[Tick], None],
     report: Callable[[Invocation, StepOutcome], None],

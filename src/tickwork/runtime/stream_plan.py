@@ -54,7 +54,7 @@ from typing import Any
 
 from tickwork.collect import Collect
 from tickwork.events import HumanResponseEvent, StartEvent
-from tickwork.representation._configs import StepShape, config_of, shape_steps
+from tickwork.runtime.step_shapes import StepShape, config_of, shape_steps
 
 __all__ = ["StreamBinding", "StreamPlan", "compute_stream_bindings"]
 

@@ -16,6 +16,8 @@ import contextlib
 import importlib.util
 from typing import Any
 
+from tickwork._version import __version__
+
 __all__ = ["StepSpan", "end_run_span", "start_run_span", "step_span", "tracing_available"]
 
 _TRACER: Any = None
@@ -46,8 +48,6 @@ def _tracer() -> Any:
     global _TRACER
     if _TRACER is None:
         from opentelemetry import trace
-
-        from tickwork import __version__
 
         _TRACER = trace.get_tracer("tickwork", __version__)
     return _TRACER

@@ -17,8 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from tickwork._serde_fields import dump_exception, load_exception, qualified_name
-from tickwork.context._requirements_codec import decode_requirements, encode_requirements
-from tickwork.context.serializers import BaseSerializer, JsonSerializer
 from tickwork.runtime.types.results import (
     CollectOp,
     Completed,
@@ -39,6 +37,8 @@ from tickwork.runtime.types.ticks import (
     WaiterTimeout,
     Wakeup,
 )
+from tickwork.serde.requirements import decode_requirements, encode_requirements
+from tickwork.serde.serializers import BaseSerializer, JsonSerializer
 
 __all__ = ["JOURNAL_FORMAT_VERSION", "decode_tick", "encode_tick"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tickwork.context.serializers import BaseSerializer
+from tickwork.serde.serializers import BaseSerializer
 
 __all__ = ["decode_requirements", "encode_requirements"]
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tickwork import errors, events
 from tickwork._serde_fields import RESOLVER, qualified_name, resolve_by_import, using_resolver
 from tickwork.events import DictLikeModel, StopEvent
 
@@ -61,16 +62,12 @@ def _framework_types_by_qualified_name() -> dict[str, type]:
     """Name -> class for the types every allow-list admits (built once, then cached).
 
     These are every class exported by :mod:`tickwork.events` and :mod:`tickwork.errors`,
-    ``DictState`` and whatever :func:`register_framework_types` added.
+    and whatever :func:`register_framework_types` added (the state store registers its
+    ``DictState`` when it is imported: it lives above this layer).
     """
     global _framework_types_by_name
     if _framework_types_by_name is None:
-        # Imported here: state_store imports this module, so a top-level import would
-        # be circular.
-        from tickwork import errors, events
-        from tickwork.context.state_store import DictState
-
-        classes: list[type] = [DictState, *_registered_framework_types]
+        classes: list[type] = [*_registered_framework_types]
         for module in (events, errors):
             for name in module.__all__:
                 obj = getattr(module, name)

@@ -4,20 +4,16 @@
 is O(size of the state), and with a :class:`SnapshotCache` it re-encodes only what
 changed since the previous snapshot.  Events are serializer strings, exceptions
 ``{"exception_type", "exception_message"}`` dicts, times epoch seconds.  Reading a
-snapshot back (:func:`decode_snapshot`) lives in :mod:`tickwork.context._snapshot_decode`
+snapshot back (:func:`decode_snapshot`) lives in :mod:`tickwork.serde.snapshot_decode`
 and is re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from tickwork._serde_fields import dump_exception, qualified_name
-from tickwork.context._requirements_codec import encode_requirements
-from tickwork.context._snapshot_decode import SNAPSHOT_VERSION, decode_snapshot
-from tickwork.context.serializers import BaseSerializer, JsonSerializer
 from tickwork.events import CollectionReleaseEvent
 from tickwork.runtime.types.persistent import PList, PMap, PQueue
 from tickwork.runtime.types.state import (
@@ -31,6 +27,19 @@ from tickwork.runtime.types.state import (
     Waiter,
     WorkItem,
 )
+from tickwork.serde.requirements import encode_requirements
+from tickwork.serde.serializers import BaseSerializer, JsonSerializer
+from tickwork.serde.snapshot_cache import (
+    _NO_PARTS,
+    SnapshotCache,
+    _advance,
+    _Entry,
+    _Frame,
+    _new_cells,
+    _Seq,
+    _sort_key,
+)
+from tickwork.serde.snapshot_decode import SNAPSHOT_VERSION, decode_snapshot
 
 __all__ = [
     "SNAPSHOT_VERSION",
@@ -42,120 +51,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- encoding
-
-
-@dataclass(slots=True)
-class _Seq:
-    """The encoding of a persistent sequence and the cons cells it was made from.
-
-    ``encoded`` is private to the cache and never changed once built (the next version
-    of the sequence gets a new list), so the next version is always derived from what
-    this one really held.  Snapshots get ``public``, one copy shared by the snapshots
-    taken while the sequence is unchanged.
-    """
-
-    front: Any
-    back: Any
-    encoded: list[Any]
-    public: list[Any] | None = None
-
-    def shared(self) -> list[Any]:
-        """The copy of the encoding that snapshots hold."""
-        public = self.public
-        if public is None:
-            public = self.public = self.encoded[:]
-        return public
-
-
-@dataclass(slots=True)
-class _Entry:
-    """A private template of one state record, reused while the record is the same object.
-
-    ``weight`` is the number of cached values the template refers to (it keeps the
-    cache bound honest when the whole record is reused); ``parts`` holds the templates
-    of its containers, reused one by one when the record changed but a container did
-    not.
-    """
-
-    source: Any
-    template: Any
-    weight: int = 0
-    parts: dict[str, Any] = field(default_factory=dict)
-
-
-_NO_PARTS: dict[str, Any] = {}
-
-
-class SnapshotCache:
-    """Encodings from earlier snapshots of the same run, reused while unchanged.
-
-    Run states are values that share their unchanged parts, so a snapshot taken after
-    each step differs from the previous one in a few records only.  The cache keys its
-    work by object identity at every level: events, work items and invocations
-    (``values``), the template of each step's worker entry (``workers``), the stream and
-    release tables and their records (``tables``), and persistent-container cells
-    (queues and buffers, see :meth:`_Encoder.sequence`).  A new snapshot therefore
-    encodes only what changed and builds its own dicts; everything else is reused.
-    Without it, snapshotting at every NOT_RUNNING of an n-item fan-out re-serializes the
-    whole queue n times.
-
-    What snapshots share: every snapshot gets its own dicts (and waiter entries), while
-    the encodings of queued items and running invocations, and the lists of queues,
-    running invocations and buffers that did not change, are shared between snapshots
-    (treat a snapshot as read-only, or ``copy.deepcopy`` it before changing it).  New
-    versions of a queue or buffer are derived from private copies, so an edited list
-    never leaks into later versions of it.
-
-    Templates are replaced by the ones the latest snapshot used; ``values`` is pruned
-    by a full re-walk of the state whenever it outgrows what the latest snapshot refers
-    to by a constant factor, so the cache stays O(state) at an amortized O(1) cost per
-    change.  ``frame`` (the latest snapshot's templates) makes a snapshot of an
-    unchanged state cost only its new dicts.
-    """
-
-    def __init__(self) -> None:
-        self.serializer: BaseSerializer | None = None
-        self.values: dict[int, tuple[Any, Any]] = {}
-        self.workers: dict[str, _Entry] = {}
-        self.tables: dict[str, _Entry] = {}
-        self.frame: _Frame | None = None
-
-    def reset(self, serializer: BaseSerializer) -> None:
-        """Forget every encoding (they were made by another serializer)."""
-        self.serializer = serializer
-        self.values = {}
-        self.workers = {}
-        self.tables = {}
-        self.frame = None
-
-
-def _advance(cell: Any, target: Any, limit: int) -> int | None:
-    """How many cells to walk from ``cell`` to reach ``target`` (``None``: not found)."""
-    steps = 0
-    while steps <= limit:
-        if cell is target:
-            return steps
-        if cell is None:
-            return None
-        cell = cell[1]
-        steps += 1
-    return None
-
-
-def _new_cells(cell: Any, old: Any, limit: int) -> list[Any] | None:
-    """The heads of the cells prepended before ``old`` (newest first), or ``None``."""
-    heads: list[Any] = []
-    while cell is not old:
-        if cell is None or len(heads) > limit:
-            return None
-        heads.append(cell[0])
-        cell = cell[1]
-    return heads
-
-
-def _sort_key(pair: tuple[Any, Any]) -> Any:
-    """The first element of a ``(sort key, encoding)`` pair."""
-    return pair[0]
 
 
 def _fresh_worker(template: dict[str, Any]) -> dict[str, Any]:
@@ -591,23 +486,6 @@ class _Pruner(_Encoder):
             hit = (value, encode(value))
         self.values[key] = hit
         return hit[1]
-
-
-@dataclass(slots=True)
-class _Frame:
-    """The private templates of one snapshot (``None``: a step with nothing pending)."""
-
-    state: RunState
-    workers: dict[str, dict[str, Any] | None]
-    streams: dict[str, dict[str, Any]]
-    releases: dict[str, dict[str, Any]]
-    waiting_steps: frozenset[str]
-    """The steps with waiters: their entries are new in every snapshot."""
-
-    @property
-    def has_waiters(self) -> bool:
-        """Whether some step has waiters (encoded anew in every snapshot)."""
-        return bool(self.waiting_steps)
 
 
 def _assemble(frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any]:

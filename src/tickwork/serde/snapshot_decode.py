@@ -2,7 +2,7 @@
 
 :func:`decode_snapshot` validates a snapshot and rebuilds the run state; every problem is
 a ``ContextSerdeError`` that names the key, step or class.  Writing them is
-:mod:`tickwork.context.snapshot`'s job.
+:mod:`tickwork.serde.snapshot`'s job.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from tickwork._serde_fields import load_exception
-from tickwork.context._requirements_codec import decode_requirements
-from tickwork.context.serializers import BaseSerializer
 from tickwork.errors import ContextSerdeError
 from tickwork.runtime.types.persistent import PList, PMap, PQueue
 from tickwork.runtime.types.slots import SlotPool
@@ -33,6 +31,8 @@ from tickwork.runtime.types.state import (
     WorkItem,
 )
 from tickwork.runtime.types.waiter_index import WaiterIndex
+from tickwork.serde.requirements import decode_requirements
+from tickwork.serde.serializers import BaseSerializer
 
 __all__ = ["SNAPSHOT_VERSION", "decode_snapshot"]
 

@@ -6,7 +6,7 @@ import copy
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from tickwork.journal.store import JournalError, RunEntry, RunStatus, StatePatch
+from tickwork.stores.store import JournalError, RunEntry, RunStatus, StatePatch
 from tickwork.types import JournalRecord
 
 __all__ = ["InMemoryJournal"]

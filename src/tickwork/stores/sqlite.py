@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from tickwork.journal.store import JournalError, RunEntry, RunStatus, StatePatch
+from tickwork.stores.store import JournalError, RunEntry, RunStatus, StatePatch
 from tickwork.types import JournalRecord
 
 __all__ = ["SqliteJournal"]

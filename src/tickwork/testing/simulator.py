@@ -26,12 +26,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tickwork.context.serializers import BaseSerializer, JsonSerializer
 from tickwork.retry_policy import call_policy, retry_seed
 from tickwork.runtime.config import build_run_config
 from tickwork.runtime.control_loop.reduce import initial_state, reduce
 from tickwork.runtime.event_stream import materialize
-from tickwork.runtime.journal_codec import decode_tick, encode_tick
 from tickwork.runtime.step_worker import check_return_value
 from tickwork.runtime.types.commands import (
     CancelWorker,
@@ -60,6 +58,8 @@ from tickwork.runtime.types.ticks import (
     WaiterTimeout,
     Wakeup,
 )
+from tickwork.serde.journal_codec import decode_tick, encode_tick
+from tickwork.serde.serializers import BaseSerializer, JsonSerializer
 
 __all__ = ["Scripted", "SimulationOutcome", "Simulator", "fail_times"]
 

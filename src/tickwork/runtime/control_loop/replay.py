@@ -7,29 +7,16 @@ never modify the state they start from.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterable, Iterable, Iterator
 from typing import Any
 
 from tickwork.runtime.control_loop.reduce import reduce, reduce_all
 from tickwork.runtime.types.commands import CompleteRun, FailWorkflow, Halt
 from tickwork.runtime.types.state import RunState
+from tickwork.serde.journal_codec import decode_tick
 from tickwork.types import ExitCommand, JournalRecord, ReplayResult
 
 __all__ = ["rebuild_state_from_ticks", "rebuild_state_from_ticks_stream", "replay_ticks_stream"]
-
-
-_decode_tick: Callable[[Any], Any] | None = None
-
-
-def _decoder() -> Callable[[Any], Any]:
-    """``journal_codec.decode_tick``, imported on first use (the codec imports the
-    serializers, whose package imports the runtime: a module-level import would cycle)."""
-    global _decode_tick
-    if _decode_tick is None:
-        from tickwork.runtime.journal_codec import decode_tick
-
-        _decode_tick = decode_tick
-    return _decode_tick
 
 
 def _as_tick(state: RunState, record: Any) -> Any | None:
@@ -40,7 +27,7 @@ def _as_tick(state: RunState, record: Any) -> Any | None:
         return None
     if record.seq != state.journal_seq:
         raise ValueError(f"journal gap: expected seq {state.journal_seq}, got seq {record.seq}")
-    return _decoder()(record.data)
+    return decode_tick(record.data)
 
 
 def _exit_of(commands: list[Any]) -> ExitCommand | None:
@@ -74,7 +61,7 @@ def _ticks_after(journal_seq: int, records: Iterable[Any]) -> Iterator[Any]:
     The same checks as :func:`_as_tick`, keeping the sequence number the state would
     have: every tick folded advances it by one.
     """
-    decode = _decoder()
+    decode = decode_tick
     for record in records:
         if not isinstance(record, JournalRecord):
             yield record

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
+from tickwork.events import WorkflowFailedEvent
 from tickwork.runtime.types.state import Invocation
 
 __all__ = [
@@ -156,8 +157,6 @@ def terminal_event(command: CompleteRun | FailWorkflow | Halt) -> Any:
         return command.stop_event
     if isinstance(command, Halt):
         return command.terminal_event
-    from tickwork.events import WorkflowFailedEvent
-
     return WorkflowFailedEvent(
         step_name=command.step_name,
         exception=command.exception,
