@@ -12,9 +12,9 @@ import json
 from bench._harness import Scenario, expect, run_timed
 from bench.chain import Chain
 from tickwork.context.serializers import JsonSerializer
-from tickwork.serde.snapshot import encode_snapshot
 from tickwork.runtime.control_loop import rebuild_state_from_ticks
 from tickwork.runtime.control_loop.reduce import initial_state
+from tickwork.serde.snapshot import encode_snapshot
 from tickwork.types import JournalRecord
 
 
