@@ -19,12 +19,13 @@ from typing import Any
 
 import pytest
 
-from tickwork import Event, StartEvent, StopEvent, Workflow, step
+from tickwork import Event, StartEvent, StopEvent, Workflow, catch_error, step
+from tickwork.events import StepFailedEvent
 from tickwork.representation import get_workflow_representation
 from tickwork.representation._drawing import drawing_of
 from tickwork.representation._html import geometry
-from tickwork.representation._layout import layered_layout
-from tickwork.representation._routes import EdgeRoute, route_edges
+from tickwork.representation._layout import Layout, layered_layout
+from tickwork.representation._routes import EdgeRoute, room_needed, route_edges
 from tickwork.representation.draw import _mermaid_text, draw_workflow, to_html, to_mermaid
 
 from .showcase import Agent, Loopy, Payment, Review
@@ -522,6 +523,53 @@ def test_a_join_inside_a_loop_and_the_loop_back_edge_run_apart() -> None:
 def test_no_two_edges_share_a_segment(workflow: type[Workflow]) -> None:
     drawn = geometry(drawing_of(workflow))
     assert _shared_segments(drawn.routes) == []
+
+
+def _long_chain_with_a_handler(length: int) -> type[Workflow]:
+    """``s0 -> E0 -> s1 -> ... -> StopEvent`` and a wildcard handler catching every step."""
+    events = [type(f"E{i}", (Event,), {"__module__": __name__}) for i in range(length - 1)]
+    namespace: dict[str, Any] = {"__module__": __name__}
+    for index in range(length):
+        accepted = StartEvent if index == 0 else events[index - 1]
+        returned = events[index] if index < length - 1 else StopEvent
+
+        async def body(self: Any, ev: Any) -> Any:
+            return None
+
+        body.__name__ = body.__qualname__ = f"s{index}"
+        body.__annotations__ = {"ev": accepted, "return": returned}
+        namespace[body.__name__] = step(body)
+
+    async def oops(self: Any, ev: StepFailedEvent) -> StopEvent:
+        return StopEvent()
+
+    namespace["oops"] = catch_error(oops)
+    return type("Chain", (Workflow,), namespace)
+
+
+def test_a_crowded_gap_gets_more_room_instead_of_shared_tracks() -> None:
+    """Twenty failure routes turn into the gap above their handler: more than it holds."""
+    drawing = drawing_of(_long_chain_with_a_handler(20))
+    drawn = geometry(drawing)
+    assert _shared_segments(drawn.routes) == []
+    # with the usual spacing between rows, the runs into the handler would share tracks
+    sizes = {node_id: (box.width, box.height) for node_id, box in drawn.boxes.items()}
+    pairs = [(edge.source, edge.target) for edge in drawing.edges]
+    usual = layered_layout(list(sizes), sizes, pairs, drawing.start_ids)
+    routes, room = room_needed(pairs, usual, sizes)
+    assert room and _shared_segments(routes) != []
+    # so the gap above the handler was made taller, and only where room was needed
+    layer = drawn.layout.layers["oops"] - 1
+    assert set(room) == {layer}
+
+    def row_distance(layout: Layout) -> float:
+        ys = sorted({y for _, y in layout.centres.values()})
+        return ys[layer + 1] - ys[layer]
+
+    assert row_distance(drawn.layout) >= row_distance(usual) + room[layer]
+    assert row_distance(drawn.layout) - row_distance(usual) == pytest.approx(
+        drawn.layout.height - usual.height
+    )
 
 
 def test_edges_meeting_at_a_node_get_their_own_ports() -> None:

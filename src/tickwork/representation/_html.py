@@ -33,7 +33,7 @@ from tickwork.representation._routes import (
     Shape,
     format_number,
     ports_width,
-    route_edges,
+    room_needed,
 )
 from tickwork.representation.model import WorkflowGraphNode
 
@@ -43,6 +43,7 @@ _CHAR_WIDTH = 7.8  # 13px monospace, so label widths are predictable
 _MAX_LABEL = 40
 _LABEL_CHAR_WIDTH = 6.6  # 11px sans-serif, a generous average
 _CANVAS_PAD = 16.0
+_ROOM_PASSES = 3
 
 # Per shape: horizontal padding around the label, and the height.
 _SHAPE_PADDING: dict[str, tuple[float, float]] = {
@@ -127,12 +128,22 @@ def geometry(drawing: WorkflowDrawing) -> Geometry:
     }
     sizes = {node_id: (box.width, box.height) for node_id, box in boxes.items()}
     pairs = [(edge.source, edge.target) for edge in drawing.edges]
-    layout = layered_layout([node.id for node in drawing.nodes], sizes, pairs, drawing.start_ids)
     shapes: dict[str, Shape] = {
         node_id: _ROUTE_SHAPES.get(box.shape, "box") for node_id, box in boxes.items()
     }
     widths = [_label_width(edge.label) for edge in drawing.edges]
-    return Geometry(boxes, layout, route_edges(pairs, layout, sizes, shapes, widths))
+    ids = [node.id for node in drawing.nodes]
+    extra: dict[int, float] = {}
+    # Room between rows is added only where the horizontal runs need more tracks; more
+    # room changes no lane, so a second pass normally fits and a third always stops.
+    for _ in range(_ROOM_PASSES):
+        layout = layered_layout(ids, sizes, pairs, drawing.start_ids, extra)
+        routes, room = room_needed(pairs, layout, sizes, shapes, widths)
+        if not room:
+            break
+        for key, height in room.items():
+            extra[key] = extra.get(key, 0.0) + height
+    return Geometry(boxes, layout, routes)
 
 
 def render_html(drawing: WorkflowDrawing, title: str | None = None) -> str:

@@ -20,7 +20,8 @@ a node.  No two edges share a piece of line, so each one can be followed by eye:
 * **lanes**: a lane keeps clear of the nodes it passes and of every vertical line already
   placed over the same heights (other lanes, straight edges, the short drops from ports);
 * **tracks**: the horizontal runs in a gap take distinct heights wherever their x ranges
-  overlap.
+  overlap; a gap that holds too few is reported (:func:`room_needed`) so that the layout
+  can be redone with more room there.
 
 Every route also keeps the polyline it follows (:attr:`EdgeRoute.points`; a curve is
 sampled), which is what the tests measure.  Labels sit at the middle of a curve, or
@@ -29,6 +30,7 @@ beside a lane, anchored away from the nodes it avoids.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -36,7 +38,7 @@ from typing import Literal
 
 from tickwork.representation._layout import Layout
 
-__all__ = ["EdgeRoute", "format_number", "ports_width", "route_edges"]
+__all__ = ["EdgeRoute", "format_number", "ports_width", "room_needed", "route_edges"]
 
 _SIDE_GAP = 22.0  # clearance between a lane and the nodes it avoids
 _SIDE_STEP = 12.0  # spacing between neighbouring vertical lines
@@ -44,13 +46,13 @@ _PORT_STEP = 14.0  # spacing between the ports along a node's side
 _PORT_SPAN = 0.4  # ports stay within this fraction of the width either side of the middle
 _TRACK_MARGIN = 10.0  # the first track's distance from the rows around a gap
 _TRACK_STEP = 8.0  # spacing between the tracks of a gap
-_OUTER_GAP = 30.0  # the room above the first row and below the last one
 _CORNER_RADIUS = 8.0
 _LABEL_GAP = 6.0
 _LABEL_HALF_HEIGHT = 9.0
 _CURVE_SAMPLES = 12
 
 Point = tuple[float, float]
+_Gap = tuple[int, float, float]  # (key, top, bottom): the room between two rows
 Anchor = Literal["start", "middle", "end"]
 Shape = Literal["box", "ellipse", "hexagon"]
 
@@ -89,9 +91,43 @@ def route_edges(
     outline; other nodes are boxes.  ``label_widths`` (one per edge, 0 for none) lets a
     lane keep clear of the labels beside the lanes inside it.  Cost: O(edges x placed
     lines), fine for a drawing.
+
+    When a gap between rows holds too few tracks for the horizontal runs through it, the
+    extra runs spill over the rows; :func:`room_needed` says how much room to add.
     """
+    return _routing(edges, layout, sizes, shapes, label_widths).routes
+
+
+def room_needed(
+    edges: Sequence[tuple[str, str]],
+    layout: Layout,
+    sizes: Mapping[str, tuple[float, float]],
+    shapes: Mapping[str, Shape] | None = None,
+    label_widths: Sequence[float] | None = None,
+) -> tuple[list[EdgeRoute], dict[int, float]]:
+    """The routes, and the room to add per gap (as ``layered_layout``'s ``extra_gaps``)
+    so that every horizontal run gets a track of its own; empty when all fit."""
+    routing = _routing(edges, layout, sizes, shapes, label_widths)
+    return routing.routes, routing.room
+
+
+@dataclass(frozen=True)
+class _Routing:
+    routes: list[EdgeRoute]
+    room: dict[int, float]
+
+
+def _routing(
+    edges: Sequence[tuple[str, str]],
+    layout: Layout,
+    sizes: Mapping[str, tuple[float, float]],
+    shapes: Mapping[str, Shape] | None,
+    label_widths: Sequence[float] | None,
+) -> _Routing:
     widths = list(label_widths) if label_widths is not None else [0.0] * len(edges)
-    return _Router(layout, sizes, shapes or {}).route(edges, widths)
+    router = _Router(layout, sizes, shapes or {})
+    routes = router.route(edges, widths)
+    return _Routing(routes, dict(router.room))
 
 
 def ports_width(ports: int) -> float:
@@ -155,6 +191,7 @@ class _Router:
         self.horizontals: list[_Line] = []
         # label boxes (left, top, right, bottom) and the clearance a lane keeps from each
         self.label_boxes: list[tuple[float, float, float, float, float]] = []
+        self.room: dict[int, float] = {}  # per gap key, the extra height its tracks need
 
     def route(
         self, edges: Sequence[tuple[str, str]], label_widths: Sequence[float]
@@ -175,8 +212,8 @@ class _Router:
         )
         for _, plan in lanes:  # the drops from ports first, so that no lane runs on one
             below, above = self._gap_below(plan.source), self._gap_above(plan.target)
-            self.verticals.append(_Line(plan.start[0], plan.start[1], below[1]))
-            self.verticals.append(_Line(plan.end[0], above[0], plan.end[1]))
+            self.verticals.append(_Line(plan.start[0], plan.start[1], below[2]))
+            self.verticals.append(_Line(plan.end[0], above[1], plan.end[1]))
         for index, plan in lanes:
             routes[index] = self._lane_route(plan, label_widths[index])
         return [routes[index] for index in range(len(plans))]
@@ -280,7 +317,7 @@ class _Router:
 
     def _lane_route(self, plan: _Plan, label_width: float) -> EdgeRoute:
         below, above = self._gap_below(plan.source), self._gap_above(plan.target)
-        low, high = sorted((below[0], above[1]))
+        low, high = sorted((below[1], above[2]))
         lane = self._clear_lane(plan.lane_base, plan.side, plan.band, low, high)
         turn_down = self._track(below, plan.start[0], lane, from_top=True)
         turn_up = self._track(above, lane, plan.end[0], from_top=False)
@@ -329,41 +366,49 @@ class _Router:
                     moved = True
         return lane
 
-    def _track(self, gap: tuple[float, float], x1: float, x2: float, *, from_top: bool) -> float:
-        """A height in ``gap`` where no placed horizontal run overlaps ``x1..x2``."""
-        top, bottom = gap
-        count = max(int((bottom - top - 2 * _TRACK_MARGIN) // _TRACK_STEP) + 1, 1)
-        heights = [top + _TRACK_MARGIN + k * _TRACK_STEP for k in range(count)]
-        if not from_top:
-            heights = [top + bottom - y for y in heights]
+    def _track(self, gap: _Gap, x1: float, x2: float, *, from_top: bool) -> float:
+        """A height in ``gap`` where no placed horizontal run overlaps ``x1..x2``.
+
+        The tracks are tried from the side the run comes from; when the gap holds none
+        free, the run takes the next height past it and :attr:`room` records the lack.
+        """
+        key, top, bottom = gap
+        fitting = max(int((bottom - top - 2 * _TRACK_MARGIN) // _TRACK_STEP) + 1, 1)
         low, high = min(x1, x2), max(x1, x2)
-        chosen = heights[-1]  # every track taken: share the farthest one
-        for y in heights:
+        for k in itertools.count():
+            offset = _TRACK_MARGIN + k * _TRACK_STEP
+            y = top + offset if from_top else bottom - offset
             if not any(
                 abs(run.at - y) < _TRACK_STEP / 2 and run.low < high and run.high > low
                 for run in self.horizontals
             ):
-                chosen = y
                 break
-        self.horizontals.append(_Line(chosen, low, high))
-        return chosen
+        if k >= fitting:
+            self.room[key] = max(self.room.get(key, 0.0), (k + 1 - fitting) * _TRACK_STEP)
+        self.horizontals.append(_Line(y, low, high))
+        return y
 
     def _span(self, plan: _Plan) -> int:
         return abs(self.layout.layers[plan.target] - self.layout.layers[plan.source])
 
     # --- rows and gaps -------------------------------------------------------------------
 
-    def _gap_below(self, node: str) -> tuple[float, float]:
+    def _gap_below(self, node: str) -> _Gap:
+        """The gap under ``node``'s row, keyed by that row's layer."""
         layer = self.layout.layers[node]
         top = self.row_extent[layer][1]
         lower = [extent[0] for other, extent in self.row_extent.items() if other > layer]
-        return top, min(lower, default=top + _OUTER_GAP)
+        return layer, top, min(lower, default=self.layout.height)
 
-    def _gap_above(self, node: str) -> tuple[float, float]:
+    def _gap_above(self, node: str) -> _Gap:
+        """The gap over ``node``'s row, keyed by the layer of the row above (-1: none)."""
         layer = self.layout.layers[node]
         bottom = self.row_extent[layer][0]
-        upper = [extent[1] for other, extent in self.row_extent.items() if other < layer]
-        return max(upper, default=bottom - _OUTER_GAP), bottom
+        upper = [other for other in self.row_extent if other < layer]
+        if not upper:
+            return -1, 0.0, bottom
+        above = max(upper)
+        return above, self.row_extent[above][1], bottom
 
     def _nodes_between(self, upper_y: float, lower_y: float) -> list[tuple[float, float]]:
         """``(centre x, width)`` of the nodes whose centres lie strictly between two heights."""
