@@ -5,6 +5,10 @@
 * :class:`Loopy` — a retry loop (a back edge), a nested fan-out joined with ``Take(2)``,
   a multi-slot join, a wildcard ``@catch_error`` handler, a resource with a dependency
   and a resource config.
+* :class:`Agent` — an agent loop ``think -> call_tool -> observe -> think`` whose
+  ``observe`` step joins the tool calls: a join edge inside a loop.  No docstring.
+* :class:`Payment` — the ``wait_for_event`` style: ``pay`` asks a human and waits for the
+  answer, ``audit`` waits for an event another step produces; retry policy and timeout.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Annotated
 from pydantic import BaseModel
 
 from tickwork import (
+    Context,
     Event,
     HumanResponseEvent,
     InputRequiredEvent,
@@ -26,6 +31,7 @@ from tickwork import (
 from tickwork.collect import Collect, Take
 from tickwork.events import StepFailedEvent
 from tickwork.resource import Resource, ResourceConfig
+from tickwork.retry_policy import retry_policy, stop_after_attempt, wait_exponential
 
 
 class Draft(Event):
@@ -173,3 +179,72 @@ class Loopy(Workflow):
     @catch_error
     async def oops(self, ev: StepFailedEvent) -> StopEvent:
         return StopEvent(result="failed")
+
+
+class ToolCall(Event):
+    name: str
+
+
+class ToolResult(Event):
+    output: str
+
+
+class Observed(Event):
+    notes: str
+
+
+class Agent(Workflow):
+    @step
+    async def think(self, ev: StartEvent | Observed) -> list[ToolCall] | StopEvent:
+        return StopEvent(result="done")
+
+    @step
+    async def call_tool(self, ev: ToolCall) -> ToolResult:
+        return ToolResult(output=ev.name)
+
+    @step
+    async def observe(self, results: list[ToolResult]) -> Observed:
+        return Observed(notes=", ".join(r.output for r in results))
+
+
+class AskPayment(InputRequiredEvent):
+    amount: int
+
+
+class PaymentApproval(HumanResponseEvent):
+    approved: bool
+
+
+class Paid(Event):
+    amount: int
+
+
+class AuditDone(Event):
+    ok: bool
+
+
+class Payment(Workflow):
+    """Pay once a human approves: ``pay`` *waits* with `wait_for_event`.
+
+    The [human-in-the-loop guide](https://example.org/hitl) explains the pattern.
+    """
+
+    @step(
+        retry_policy=retry_policy(wait=wait_exponential(max=30), stop=stop_after_attempt(5)),
+        timeout=30,
+    )
+    async def pay(self, ctx: Context, ev: StartEvent) -> Paid:
+        """Ask for approval, then **pay**."""
+        reply = await ctx.wait_for_event(
+            PaymentApproval, waiter_event=AskPayment(amount=ev.amount), timeout=5
+        )
+        return Paid(amount=ev.amount if reply.approved else 0)
+
+    @step
+    async def audit(self, ctx: Context, ev: Paid) -> StopEvent:
+        done = await ctx.wait_for_event(AuditDone)
+        return StopEvent(result=done.ok)
+
+    @step(num_workers=2)
+    async def auditor(self, ev: Paid) -> AuditDone:
+        return AuditDone(ok=ev.amount >= 0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -18,14 +19,16 @@ from typing import Any
 
 import pytest
 
-from tickwork import Event, StartEvent, StopEvent, Workflow, step
+from tickwork import Event, StartEvent, StopEvent, Workflow, catch_error, step
+from tickwork.events import StepFailedEvent
 from tickwork.representation import get_workflow_representation
 from tickwork.representation._drawing import drawing_of
-from tickwork.representation._layout import layered_layout
-from tickwork.representation._routes import route_edge
+from tickwork.representation._html import geometry
+from tickwork.representation._layout import Layout, layered_layout
+from tickwork.representation._routes import EdgeRoute, room_needed, route_edges
 from tickwork.representation.draw import _mermaid_text, draw_workflow, to_html, to_mermaid
 
-from .showcase import Loopy, Review
+from .showcase import Agent, Loopy, Payment, Review
 from .stepkit import fan_out, workflow_class
 from .stepkit import step as fake_step
 
@@ -345,9 +348,10 @@ def test_html_has_a_legend_title_and_details_for_every_node() -> None:
     assert match is not None
     details = json.loads(match.group(1))
     assert set(details) == {n.id for n in get_workflow_representation(Review).nodes}
-    assert details["write"]["description"] == "Write one section."
-    assert details["Section"]["fields"] == "topic: string, text: string"
-    assert details["Draft"]["produced by"] == "plan"
+    assert details["write"]["description"] == {"html": "<p>Write one section.</p>"}
+    assert details["Section"]["fields"] == ["topic: str", "text: str"]
+    assert details["Draft"]["produced by"] == ["plan"]
+    assert details["write"]["accepts"] == ["ev: Draft(topic: str)"]
 
 
 def test_html_title_is_configurable_and_user_text_is_escaped() -> None:
@@ -425,23 +429,162 @@ def test_a_long_edge_is_routed_beside_the_node_in_its_way() -> None:
     sizes = {"top": (60.0, 30.0), "middle": (200.0, 30.0), "bottom": (60.0, 30.0)}
     edges = [("top", "middle"), ("middle", "bottom"), ("top", "bottom")]
     layout = layered_layout(ids, sizes, edges, ["top"])
-    route = route_edge("top", "bottom", layout, sizes, side_index=0)
+    short, _, route = route_edges(edges, layout, sizes)
     middle_x = layout.centres["middle"][0]
-    lanes = {float(x) for x in re.findall(r"L([\d.-]+),", route.path)}
+    lanes = {x for x, _ in route.points}
     # the vertical lane clears the 200px-wide node in the middle row
     assert any(abs(x - middle_x) > 100 for x in lanes)
     assert route.label_anchor in ("start", "end")
-    assert route_edge("top", "middle", layout, sizes, side_index=0).path.startswith("M")
+    assert short.path.startswith("M")
 
 
 def test_a_back_edge_turns_in_the_gaps_and_runs_outside_the_rows() -> None:
     ids = ["a", "b", "c"]
     sizes = dict.fromkeys(ids, (60.0, 30.0))
-    layout = layered_layout(ids, sizes, [("a", "b"), ("b", "c"), ("c", "a")], ["a"])
+    edges = [("a", "b"), ("b", "c"), ("c", "a")]
+    layout = layered_layout(ids, sizes, edges, ["a"])
     assert layout.back_edges == {("c", "a")}
-    route = route_edge("c", "a", layout, sizes, side_index=0)
+    route = route_edges(edges, layout, sizes)[2]
     centre_x = layout.centres["a"][0]
     assert route.high_x > centre_x + 30 or route.low_x < centre_x - 30
+    # it leaves c downwards and enters a from above, turning in the gaps beyond the rows
+    (_, start_y), (_, end_y) = route.points[0], route.points[-1]
+    assert route.points[1][1] > start_y and route.points[-2][1] < end_y
+
+
+Segment = tuple[tuple[float, float], tuple[float, float]]
+
+
+def _shared_length(first: Segment, second: Segment, tolerance: float = 0.5) -> float:
+    """How long two segments run on top of each other (0 unless collinear and overlapping)."""
+    (ax, ay), (bx, by) = first
+    length = math.hypot(bx - ax, by - ay)
+    if length == 0:
+        return 0.0
+    ux, uy = (bx - ax) / length, (by - ay) / length
+    ends = []
+    for px, py in second:
+        if abs((px - ax) * uy - (py - ay) * ux) > tolerance:
+            return 0.0  # this end is off the first segment's line
+        ends.append((px - ax) * ux + (py - ay) * uy)
+    return max(0.0, min(length, max(ends)) - max(0.0, min(ends)))
+
+
+def _shared_segments(routes: list[EdgeRoute]) -> list[tuple[int, int, float]]:
+    """``(edge i, edge j, shared length)`` for every pair of edges sharing a piece of line."""
+    shared = []
+    for (i, first), (j, second) in itertools.combinations(enumerate(routes), 2):
+        for a in first.segments():
+            for b in second.segments():
+                overlap = _shared_length(a, b)
+                if overlap > 1.0:
+                    shared.append((i, j, overlap))
+    return shared
+
+
+def test_the_overlap_measure_sees_a_shared_vertical_path() -> None:
+    lane = ((10.0, 0.0), (10.0, 100.0))
+    assert _shared_length(lane, ((10.0, 40.0), (10.0, 160.0))) == pytest.approx(60.0)
+    assert _shared_length(lane, ((10.3, 40.0), (10.3, 160.0))) == pytest.approx(60.0)
+    assert _shared_length(lane, ((22.0, 0.0), (22.0, 100.0))) == 0.0  # the next lane
+    assert _shared_length(lane, ((0.0, 50.0), (20.0, 50.0))) == 0.0  # a crossing
+
+
+def test_a_join_inside_a_loop_and_the_loop_back_edge_run_apart() -> None:
+    """The agent loop think -> call_tool -> observe -> think, whose observe joins the calls.
+
+    The join (think -> observe) and the loop-back edge (Observed -> think) both need a
+    lane beside the rows; they used to share one vertical path, and the join's last leg
+    ran on top of ToolResult -> observe.
+    """
+    drawing = drawing_of(Agent)
+    drawn = geometry(drawing)
+    kinds = [(e.source, e.target, e.kind) for e in drawing.edges]
+    join = kinds.index(("think", "observe", "join"))
+    loop = kinds.index(("Observed", "think", "flow"))
+    assert ("Observed", "think") in drawn.layout.back_edges
+    assert _shared_segments(drawn.routes) == []
+    # both really run in lanes beside the rows: vertical segments right of every node
+    nodes_right = max(x + drawn.boxes[n].width / 2 for n, (x, _) in drawn.layout.centres.items())
+
+    def lane_x(route: EdgeRoute) -> float:
+        (a, b) = max(route.segments(), key=lambda seg: abs(seg[1][1] - seg[0][1]))
+        assert a[0] == b[0]
+        return a[0]
+
+    join_lane, loop_lane = lane_x(drawn.routes[join]), lane_x(drawn.routes[loop])
+    assert min(join_lane, loop_lane) > nodes_right
+    assert abs(join_lane - loop_lane) >= 12
+    # the join is the shorter edge, so it runs inside the loop and does not cross it
+    assert join_lane < loop_lane
+
+
+@pytest.mark.parametrize("workflow", [Review, Loopy, Agent, Payment], ids=lambda w: w.__name__)
+def test_no_two_edges_share_a_segment(workflow: type[Workflow]) -> None:
+    drawn = geometry(drawing_of(workflow))
+    assert _shared_segments(drawn.routes) == []
+
+
+def _long_chain_with_a_handler(length: int) -> type[Workflow]:
+    """``s0 -> E0 -> s1 -> ... -> StopEvent`` and a wildcard handler catching every step."""
+    events = [type(f"E{i}", (Event,), {"__module__": __name__}) for i in range(length - 1)]
+    namespace: dict[str, Any] = {"__module__": __name__}
+    for index in range(length):
+        accepted = StartEvent if index == 0 else events[index - 1]
+        returned = events[index] if index < length - 1 else StopEvent
+
+        async def body(self: Any, ev: Any) -> Any:
+            return None
+
+        body.__name__ = body.__qualname__ = f"s{index}"
+        body.__annotations__ = {"ev": accepted, "return": returned}
+        namespace[body.__name__] = step(body)
+
+    async def oops(self: Any, ev: StepFailedEvent) -> StopEvent:
+        return StopEvent()
+
+    namespace["oops"] = catch_error(oops)
+    return type("Chain", (Workflow,), namespace)
+
+
+def test_a_crowded_gap_gets_more_room_instead_of_shared_tracks() -> None:
+    """Twenty failure routes turn into the gap above their handler: more than it holds."""
+    drawing = drawing_of(_long_chain_with_a_handler(20))
+    drawn = geometry(drawing)
+    assert _shared_segments(drawn.routes) == []
+    # with the usual spacing between rows, the runs into the handler would share tracks
+    sizes = {node_id: (box.width, box.height) for node_id, box in drawn.boxes.items()}
+    pairs = [(edge.source, edge.target) for edge in drawing.edges]
+    usual = layered_layout(list(sizes), sizes, pairs, drawing.start_ids)
+    routes, room = room_needed(pairs, usual, sizes)
+    assert room and _shared_segments(routes) != []
+    # so the gap above the handler was made taller, and only where room was needed
+    layer = drawn.layout.layers["oops"] - 1
+    assert set(room) == {layer}
+
+    def row_distance(layout: Layout) -> float:
+        ys = sorted({y for _, y in layout.centres.values()})
+        return ys[layer + 1] - ys[layer]
+
+    assert row_distance(drawn.layout) >= row_distance(usual) + room[layer]
+    assert row_distance(drawn.layout) - row_distance(usual) == pytest.approx(
+        drawn.layout.height - usual.height
+    )
+
+
+def test_edges_meeting_at_a_node_get_their_own_ports() -> None:
+    drawing = drawing_of(Loopy)
+    drawn = geometry(drawing)
+    ends: dict[tuple[str, str], list[float]] = {}
+    for edge, route in zip(drawing.edges, drawn.routes, strict=True):
+        if edge.source != edge.target:
+            ends.setdefault((edge.source, "out"), []).append(route.points[0][0])
+            ends.setdefault((edge.target, "in"), []).append(route.points[-1][0])
+    assert len(ends[("oops", "in")]) == 8  # seven failure routes and StepFailedEvent
+    for points in ends.values():
+        assert len(set(points)) == len(points)
+    # the handler is widened so that its eight ports fit on it
+    assert drawn.boxes["oops"].width > 100
 
 
 # --- draw_workflow -------------------------------------------------------------------------

@@ -7,10 +7,12 @@ screenshot proves that something non-trivial is painted.
 
 Chromium is started with networking features off and a throw-away profile; the page is
 a ``file://`` URL.  The tests are skipped when ``/usr/bin/chromium`` is not installed.
+Set ``TICKWORK_SCREENSHOT_DIR`` to keep a copy of every screenshot for a human to look at.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import subprocess
@@ -20,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from tickwork.representation import get_workflow_representation
-from tickwork.representation.draw import draw_workflow
+from tickwork.representation._drawing import drawing_of
+from tickwork.representation.draw import draw_workflow, to_html
 
-from .showcase import Loopy, Review
+from .showcase import Agent, Loopy, Payment, Review
 
 CHROMIUM = Path("/usr/bin/chromium")
 BROWSER_DEADLINE_SECONDS = 120
@@ -103,15 +106,85 @@ def test_the_rendered_dom_has_an_element_for_every_node(workflow: type, tmp_path
     assert "Click a node" in "".join(reader.details_text)
 
 
-def test_the_screenshot_is_a_real_picture(tmp_path: Path) -> None:
-    page = tmp_path / "flow.html"
-    shot = tmp_path / "flow.png"
-    draw_workflow(Review, page)
-    _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,900", page.as_uri())
-    assert shot.exists()
+def _screenshot(tmp_path: Path, page: Path, name: str, size: tuple[int, int]) -> bytes:
+    """Screenshot ``page`` at ``size``; check it is a PNG of that size and return it."""
+    shot = tmp_path / f"{name}.png"
+    _chromium(tmp_path, f"--screenshot={shot}", f"--window-size={size[0]},{size[1]}", page.as_uri())
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk
-    assert (width, height) == (1200, 900)
-    # a blank 1200x900 page compresses to a few kilobytes; the drawing does not
+    assert struct.unpack(">II", data[16:24]) == size  # the IHDR chunk
+    keep = os.environ.get("TICKWORK_SCREENSHOT_DIR")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(keep) / shot.name)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("workflow", "size"),
+    [(Review, (1200, 900)), (Agent, (900, 850)), (Payment, (1000, 900))],
+    ids=["Review", "Agent-loop-and-join", "Payment-waits"],
+)
+def test_the_screenshot_is_a_real_picture(
+    workflow: type, size: tuple[int, int], tmp_path: Path
+) -> None:
+    page = tmp_path / "flow.html"
+    draw_workflow(workflow, page)
+    data = _screenshot(tmp_path, page, f"drawing-{workflow.__name__}", size)
+    # a blank page of that size compresses to a few kilobytes; the drawing does not
     assert len(data) > 30_000
+
+
+def _clicking(workflow: type, node_id: str, page: Path) -> None:
+    """Write the drawing with a script that clicks ``node_id`` once the page has loaded."""
+    click = (
+        f"<script>document.querySelector('[data-node-id=\"{node_id}\"]')"
+        ".dispatchEvent(new MouseEvent('click', {bubbles: true}));</script>"
+    )
+    page.write_text(to_html(workflow).replace("</body>", click + "</body>"), encoding="utf-8")
+
+
+def test_clicking_a_waiting_step_lists_what_a_user_looks_for(tmp_path: Path) -> None:
+    page = tmp_path / "clicked.html"
+    _clicking(Payment, "pay", page)
+    dumped = _chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
+    reader = _DomReader()
+    reader.feed(dumped)
+    shown = "\n".join(text.strip() for text in reader.details_text if text.strip())
+    for line in (
+        "accepts",
+        "ev: StartEvent",
+        "returns",
+        "Paid(amount: int)",
+        "waits for (wait_for_event)",
+        "PaymentApproval(approved: bool)",
+        "asks (waiter_event)",
+        "AskPayment(amount: int)",
+        "num_workers",
+        "retry policy",
+        "timeout",
+        "30 s",
+        "failures go to",
+    ):
+        assert line in shown.splitlines(), line
+    # the step docstring and the workflow docstring are rendered, not shown raw
+    assert "Ask for approval, then <strong>pay</strong>." in dumped
+    assert "<code>wait_for_event</code>" in dumped and "``" not in dumped
+    # the clicked node is selected, and nodes it is not linked to are dimmed
+    assert "node step selected" in reader.node_classes["pay"]
+    assert "dim" in reader.node_classes["auditor"]
+    assert "dim" not in reader.node_classes["PaymentApproval"]
+    _screenshot(tmp_path, page, "drawing-Payment-clicked-pay", (1000, 900))
+
+
+def test_clicking_a_join_in_a_loop_shows_its_collect_mode(tmp_path: Path) -> None:
+    page = tmp_path / "clicked.html"
+    _clicking(Agent, "observe", page)
+    reader = _DomReader()
+    reader.feed(_chromium(tmp_path, "--dump-dom", page.as_uri()).stdout)
+    shown = [text.strip() for text in reader.details_text if text.strip()]
+    assert "collect mode" in shown
+    assert any(text.startswith("All: runs once, when the stream closes") for text in shown)
+    assert "results: list[ToolResult(output: str)]" in shown
+    assert sorted(reader.node_ids) == sorted(node.id for node in drawing_of(Agent).nodes)
+    _screenshot(tmp_path, page, "drawing-Agent-clicked-observe", (900, 850))

@@ -16,7 +16,9 @@ and edges in, centre coordinates and layers out.
    position of its neighbours in the adjacent layer), which removes most crossings of a
    workflow's mostly tree-shaped graph.  Ties keep the graph's node order, so the result
    is deterministic.
-4. **Coordinates** — each layer is a row; rows are centred on the widest one.
+4. **Coordinates** — each layer is a row; rows are centred on the widest one.  The
+   router may ask for more room in some gaps (``extra_gaps``) when the edges running
+   there need more horizontal tracks than the gap holds.
 
 Cost: O(sweeps x (nodes + edges) log nodes), negligible for graphs a human can read.
 """
@@ -54,11 +56,13 @@ def layered_layout(
     sizes: Mapping[str, tuple[float, float]],
     edges: Iterable[tuple[str, str]],
     starts: Iterable[str],
+    extra_gaps: Mapping[int, float] | None = None,
 ) -> Layout:
     """Lay ``node_ids`` out in rows (see the module docstring).
 
     ``sizes`` gives each node's ``(width, height)``; ``starts`` are the nodes the flow
     begins at (the start event).  Edges naming unknown nodes, and self-loops, are ignored.
+    ``extra_gaps`` adds room below the row of a layer (``-1``: above the first row).
     """
     known = set(node_ids)
     usable = [(s, t) for s, t in edges if s in known and t in known and s != t]
@@ -67,7 +71,7 @@ def layered_layout(
     forward = [edge for edge in usable if edge not in back]
     layers = _longest_path_layers(node_ids, forward, set(start_ids))
     rows = _order_rows(node_ids, layers, usable)
-    return _coordinates(rows, sizes, layers, frozenset(back))
+    return _coordinates(rows, sizes, layers, frozenset(back), extra_gaps or {})
 
 
 def _back_edges(
@@ -182,19 +186,22 @@ def _coordinates(
     sizes: Mapping[str, tuple[float, float]],
     layers: Mapping[str, int],
     back_edges: frozenset[tuple[str, str]],
+    extra_gaps: Mapping[int, float],
 ) -> Layout:
     row_widths = [sum(sizes[n][0] for n in row) + _H_GAP * max(len(row) - 1, 0) for row in rows]
     row_heights = [max((sizes[n][1] for n in row), default=0.0) for row in rows]
     inner_width = max(row_widths, default=0.0)
     centres: dict[str, tuple[float, float]] = {}
-    top = _MARGIN
-    for row, row_width, row_height in zip(rows, row_widths, row_heights, strict=True):
+    top = _MARGIN + extra_gaps.get(-1, 0.0)
+    for layer, (row, row_width, row_height) in enumerate(
+        zip(rows, row_widths, row_heights, strict=True)
+    ):
         x = _MARGIN + (inner_width - row_width) / 2
         for node in row:
             width = sizes[node][0]
             centres[node] = (x + width / 2, top + row_height / 2)
             x += width + _H_GAP
-        top += row_height + _V_GAP
+        top += row_height + _V_GAP + extra_gaps.get(layer, 0.0)
     height = top - _V_GAP + _MARGIN if rows else 2 * _MARGIN
     return Layout(
         centres=centres,

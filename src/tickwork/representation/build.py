@@ -29,7 +29,12 @@ from tickwork.representation.model import (
 )
 from tickwork.runtime.step_shapes import StepConfigView, config_of, event_classes
 
-__all__ = ["discover_step_functions", "get_workflow_representation"]
+__all__ = [
+    "EXTERNAL_STEP_ID",
+    "discover_step_functions",
+    "event_node",
+    "get_workflow_representation",
+]
 
 EXTERNAL_STEP_ID = "external_step"
 
@@ -140,16 +145,7 @@ class _GraphBuilder:
     def _add_event(self, event_type: type[Event]) -> None:
         if event_type.__name__ in self._node_ids:
             return  # same-named classes collide into the first one's node (api.md §16.2)
-        node = WorkflowEventNode(
-            id=event_type.__name__,
-            label=event_type.__name__,
-            event_type=event_type.__name__,
-            event_types=_event_type_names(event_type),
-            event_schema=_json_schema(event_type),
-            produced_by=[
-                step for step, cfg in self.configs.items() if event_type in cfg.return_types
-            ],
-        )
+        node = event_node(event_type, self.configs)
         if self.add_node(node):
             self.event_classes_by_id[node.id] = event_type
 
@@ -196,6 +192,18 @@ class _GraphBuilder:
         if is_new:
             for dependency_param, dependency, dependency_type in _dependencies(descriptor):
                 self._add_resource(dependency, dependency_type, node.id, dependency_param)
+
+
+def event_node(event_type: type[Event], configs: Mapping[str, StepConfigView]) -> WorkflowEventNode:
+    """The node of ``event_type``; ``produced_by`` lists the ``configs`` returning it."""
+    return WorkflowEventNode(
+        id=event_type.__name__,
+        label=event_type.__name__,
+        event_type=event_type.__name__,
+        event_types=_event_type_names(event_type),
+        event_schema=_json_schema(event_type),
+        produced_by=[step for step, cfg in configs.items() if event_type in cfg.return_types],
+    )
 
 
 def _event_type_names(event_type: type[Event]) -> list[str]:

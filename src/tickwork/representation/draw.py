@@ -10,9 +10,12 @@ Both drawings show what :func:`~tickwork.representation.get_workflow_representat
 returns (steps, events, the human ``external_step`` and resources) plus the routes the
 runtime adds (see :mod:`tickwork.representation._drawing`): fan-out edges (thick,
 labelled ``list[E]``), join edges from a stream's producer to its ``list[E]`` step
-(dotted, labelled ``join list[E]``) and ``@catch_error`` routes (dashed, labelled
-``on failure``).  The workflow is neither instantiated nor validated, so an invalid
-workflow can be drawn too.
+(dotted, labelled ``join list[E]``), ``@catch_error`` routes (dashed, labelled
+``on failure``) and ``wait_for_event`` calls found in a step's source (labelled
+``waits for``, from the awaited type to the step, and ``asks``, from the step to its
+``waiter_event`` question).  The workflow is neither instantiated nor validated, so an
+invalid workflow can be drawn too.  The header shows the workflow class's own docstring
+(never one inherited from ``Workflow``), its markup rendered.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from tickwork.representation._docstring import plain_docstring
 from tickwork.representation._drawing import EdgeKind, WorkflowDrawing, drawing_of
 from tickwork.representation._html import render_html
 from tickwork.representation.model import WorkflowGraphNode
@@ -34,6 +38,8 @@ _MERMAID_ARROWS: dict[EdgeKind, str] = {
     "resource": "-->",
     "join": "-.->",
     "failure": "-.->",
+    "wait": "-.->",
+    "asks": "-->",
 }
 
 _MERMAID_LINK_STYLES: dict[EdgeKind, str] = {
@@ -41,6 +47,8 @@ _MERMAID_LINK_STYLES: dict[EdgeKind, str] = {
     "resource": "stroke:#00838f,stroke-width:1px",
     "join": "stroke:#8430ce,stroke-width:2px,stroke-dasharray:2 4",
     "failure": "stroke:#d93025,stroke-width:1.5px,stroke-dasharray:6 4",
+    "wait": "stroke:#e8710a,stroke-width:2px,stroke-dasharray:8 3 2 3",
+    "asks": "stroke:#e8710a,stroke-width:1.5px",
 }
 
 _MERMAID_CLASSES: dict[str, str] = {
@@ -66,9 +74,10 @@ def to_mermaid(workflow: Any) -> str:
     (``step_plan``, ``event_Draft``; ``external_step`` and resource ids already carry
     one), so a step named ``end`` cannot clash with Mermaid's keywords.  Shapes: steps are
     boxes, events stadiums, the external actor a hexagon, resources cylinders and configs
-    parallelograms.  Fan-out edges are thick (``==>``) and labelled ``list[E]``; joins and
-    ``@catch_error`` routes are dotted (``-.->``) and labelled ``join list[E]`` and
-    ``on failure``; ``linkStyle`` lines colour them.
+    parallelograms.  Fan-out edges are thick (``==>``) and labelled ``list[E]``; joins,
+    ``@catch_error`` routes and waits are dotted (``-.->``) and labelled
+    ``join list[E]``, ``on failure`` and ``waits for``; a wait's question is ``-->``
+    labelled ``asks``; ``linkStyle`` lines colour them.
     """
     drawing = drawing_of(workflow)
     ids = _mermaid_ids(drawing.nodes)
@@ -124,10 +133,10 @@ def draw_workflow(workflow: Any, path: str | os.PathLike[str]) -> None:
 
 
 def _mermaid_header(drawing: WorkflowDrawing) -> list[str]:
-    graph = drawing.graph
-    header = [graph.name]
-    if graph.description:
-        header.append(_mermaid_comment(graph.description.splitlines()[0]))
+    header = [drawing.graph.name]
+    summary = plain_docstring(drawing.description) if drawing.description else ""
+    if summary:
+        header.append(_mermaid_comment(summary))
     return header
 
 
