@@ -2,7 +2,8 @@
 
 Every async test runs under asyncio and trio, and every test starts with tickwork's
 once-per-process deprecation warnings unused, so a test that expects a warning sees it
-whatever ran before.
+whatever ran before. The PostgreSQL fixtures (``pg_dsn``, ``pg_schema``) live in
+``postgres_support``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from postgres_support import pg_dsn, pg_schema
 from tickwork import _deprecation
+
+__all__ = ["pg_dsn", "pg_schema"]
 
 
 @pytest.fixture(params=["asyncio", "trio"])
