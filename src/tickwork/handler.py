@@ -16,6 +16,7 @@ from tickwork.errors import WorkflowCancelledByUser
 from tickwork.events import Event, StopEvent
 from tickwork.runtime.journal_view import iterate_journal
 from tickwork.runtime.session import detect_backend
+from tickwork.runtime.step_scope import check_send_target
 
 if TYPE_CHECKING:
     from tickwork.context.context import Context
@@ -108,7 +109,17 @@ class WorkflowHandler:
         )
 
     async def send_event(self, event: Event, step: str | None = None) -> None:
-        """Same as ``handler.ctx.send_event(event, step)``."""
+        """Same as ``handler.ctx.send_event(event, step)``.
+
+        In a journaled run it returns only once the event is in the journal, so it
+        survives a crash from then on; an event that cannot be journaled, or a send to a
+        run that has ended, raises ``WorkflowRuntimeError``.
+        """
+        session = self._session
+        if session.durable:
+            check_send_target(session.config.steps, event, step)
+            await session.send_durably(event, step)
+            return
         self._ctx.send_event(event, step)
 
     async def cancel_run(self, *, timeout: float = 5.0) -> None:

@@ -7,11 +7,12 @@ starts a run on the caller's event loop, returning its :class:`WorkflowHandler`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import string
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -381,9 +382,28 @@ class Workflow(metaclass=WorkflowMeta):
         arguments are all valid raises ``RuntimeError`` for the missing loop.
         """
         _check_run_arguments(ctx, start_event)
+        run_id = kwargs.pop("run_id", None)
+        return self._start_run(ctx, start_event, kwargs, run_id, None)
+
+    def _start_run(
+        self,
+        ctx: Context[Any] | None,
+        start_event: StartEvent | None,
+        kwargs: dict[str, Any],
+        run_id: str | None,
+        options: Mapping[str, Any] | None,
+    ) -> WorkflowHandler:
+        """Start (or resume) a run; ``options`` are a journaled run's stored options.
+
+        A resumed run keeps its original options: its ``timeout`` replaces the
+        instance's for that run.  A journaled run is registered in its store, start
+        event and options included, before the handler is returned.
+        """
         self._locked = True
         config = self._prepare_run()
-        run_id = kwargs.pop("run_id", None) or _new_run_id()
+        if options is not None and "timeout" in options and options["timeout"] != config.timeout:
+            config = dataclasses.replace(config, timeout=options["timeout"])
+        run_id = run_id or _new_run_id()
         live = _LIVE_RUNS.get(run_id)
         if live is not None and live.live:
             raise RuntimeError(f"a run with run_id {run_id!r} is already live in this process")
@@ -417,6 +437,7 @@ class Workflow(metaclass=WorkflowMeta):
             journal_store=None if isinstance(self._journal, bool) else self._journal,
             serializer=ctx._serializer,
         )
+        session.register(None if resumable is not None else {"timeout": config.timeout})
         ctx._bind_run(session)
         _LIVE_RUNS[run_id] = session
         session.start()

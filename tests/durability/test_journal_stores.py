@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 import warnings
 from asyncio import CancelledError
 from collections.abc import Callable
@@ -40,7 +41,6 @@ from tickwork.journal import (
     InMemoryJournal,
     JournalError,
     JournalStore,
-    RunEntry,
     SqliteJournal,
     StatePatch,
     load_run,
@@ -170,8 +170,15 @@ async def test_both_stores_implement_the_protocol(make_store: StoreFactory, tmp_
 async def test_begin_append_read_and_get_run(make_store: StoreFactory, tmp_path: Path) -> None:
     store = make_store(tmp_path)
     assert await store.get_run("r1") is None
-    await store.begin_run("r1", "wf.A", {"journal_seq": 0, "marker": 1})
-    assert await store.get_run("r1") == RunEntry("r1", "wf.A", "running", -1)
+    store.register_run("r1", "wf.A", {"journal_seq": 0, "marker": 1})
+    entry = await store.get_run("r1")
+    assert entry is not None
+    assert (entry.run_id, entry.workflow_name, entry.status, entry.last_seq) == (
+        "r1",
+        "wf.A",
+        "running",
+        -1,
+    )
     assert await store.read_snapshot("r1") == (0, {"journal_seq": 0, "marker": 1})
     await store.append("r1", [rec(0, "session_start"), rec(1, "add_event")])
     await store.append("r1", [rec(2), rec(3), rec(4)])
@@ -184,7 +191,7 @@ async def test_begin_append_read_and_get_run(make_store: StoreFactory, tmp_path:
 
 async def test_a_duplicate_seq_is_refused(make_store: StoreFactory, tmp_path: Path) -> None:
     store = make_store(tmp_path)
-    await store.begin_run("dup", "wf", {"journal_seq": 0})
+    store.register_run("dup", "wf", {"journal_seq": 0})
     await store.append("dup", [rec(0), rec(1)])
     with pytest.raises(JournalError) as info:
         await store.append("dup", [rec(1)])
@@ -197,7 +204,7 @@ async def test_a_snapshot_compacts_older_records_and_patches(
     make_store: StoreFactory, tmp_path: Path
 ) -> None:
     store = make_store(tmp_path)
-    await store.begin_run("c", "wf", {"journal_seq": 0})
+    store.register_run("c", "wf", {"journal_seq": 0})
     await store.append("c", [rec(0), rec(1)], patch(1, "a"))
     await store.append("c", [rec(2), rec(3)], patch(3, "b"))
     await store.append("c", [rec(4)], patch(4, "c"))
@@ -215,9 +222,9 @@ async def test_a_snapshot_compacts_older_records_and_patches(
 
 async def test_list_unfinished_and_mark_finished(make_store: StoreFactory, tmp_path: Path) -> None:
     store = make_store(tmp_path)
-    await store.begin_run("a", "wf.A", {"journal_seq": 0})
-    await store.begin_run("b", "wf.B", {"journal_seq": 0})
-    await store.begin_run("c", "wf.A", {"journal_seq": 0})
+    store.register_run("a", "wf.A", {"journal_seq": 0})
+    store.register_run("b", "wf.B", {"journal_seq": 0})
+    store.register_run("c", "wf.A", {"journal_seq": 0})
     assert {e.run_id for e in await store.list_unfinished()} == {"a", "b", "c"}
     assert {e.run_id for e in await store.list_unfinished("wf.A")} == {"a", "c"}
     await store.mark_finished("a", "completed")
@@ -228,13 +235,13 @@ async def test_list_unfinished_and_mark_finished(make_store: StoreFactory, tmp_p
     assert (await store.get_run("c")).status == "failed"  # type: ignore[union-attr]
     assert {e.run_id for e in await store.list_runs()} == {"a", "b", "c"}
     # A new session of a finished run makes it running again.
-    await store.begin_run("a", "wf.A", {"journal_seq": 0})
+    store.register_run("a", "wf.A", {"journal_seq": 0})
     assert (await store.get_run("a")).status == "running"  # type: ignore[union-attr]
 
 
 async def test_a_gap_names_the_run_and_the_seq(make_store: StoreFactory, tmp_path: Path) -> None:
     store = make_store(tmp_path)
-    await store.begin_run("g", "wf", {"journal_seq": 0})
+    store.register_run("g", "wf", {"journal_seq": 0})
     await store.append("g", [rec(0), rec(1), rec(3)])
     with pytest.raises(JournalError) as info:
         await read_all(store, "g")
@@ -253,6 +260,41 @@ async def test_writes_for_an_unknown_run_raise(make_store: StoreFactory, tmp_pat
         with pytest.raises(JournalError, match="ghost"):
             await write()
     assert await store.get_run("ghost") is None
+
+
+async def test_a_registration_keeps_the_start_event_options_and_times(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    """Issue #12: a run is registered with everything needed to start it again."""
+    store = make_store(tmp_path)
+    before = time.time()
+    store.register_run(
+        "o", "wf", {"journal_seq": 0}, start_event={"topic": "x"}, options={"timeout": None}
+    )
+    entry = await store.get_run("o")
+    assert entry is not None
+    assert entry.start_event == {"topic": "x"} and dict(entry.options) == {"timeout": None}
+    assert entry.created_at is not None and before - 1 <= entry.created_at <= time.time() + 1
+    created = entry.created_at
+    # A new session of the run keeps its start event, options and creation time.
+    store.register_run("o", "wf", {"journal_seq": 3})
+    await store.append("o", [rec(3)])
+    entry = await store.get_run("o")
+    assert entry is not None
+    assert entry.start_event == {"topic": "x"} and dict(entry.options) == {"timeout": None}
+    assert entry.created_at == created
+    assert entry.updated_at is not None and entry.updated_at >= created
+
+
+async def test_alive_time_is_recorded_and_never_goes_back(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    store = make_store(tmp_path)
+    store.register_run("h", "wf", {"journal_seq": 0})
+    await store.record_alive_time("h", 12.5)
+    await store.record_alive_time("h", 3.0)  # a late, older heartbeat
+    entry = await store.get_run("h")
+    assert entry is not None and entry.elapsed_alive == 12.5
 
 
 # --------------------------------------------------------------------------- corrupt SQLite
@@ -280,7 +322,7 @@ def _dump(path: Path) -> dict[str, list[Any]]:
 
 async def _five_records(path: Path) -> SqliteJournal:
     store = SqliteJournal(path)
-    await store.begin_run("bad", "wf", {"journal_seq": 0})
+    store.register_run("bad", "wf", {"journal_seq": 0})
     await store.append("bad", [rec(i) for i in range(5)])
     store.close()
     return store
@@ -338,8 +380,11 @@ async def test_loading_a_corrupt_durable_run_fails_without_changing_the_file(
     with pytest.raises(JournalError) as info:
         await load_run(AskFlow(timeout=TIMEOUT, journal=store), "hitl")
     assert "'hitl'" in str(info.value) and "seq 1" in str(info.value)
-    with pytest.raises(JournalError, match="hitl"):
-        await recover_runs(AskFlow(timeout=TIMEOUT, journal=store))
+    # recover_runs reports the run it cannot resume instead of raising (issue #12).
+    result = await recover_runs(AskFlow(timeout=TIMEOUT, journal=store))
+    assert dict(result) == {}
+    assert isinstance(result.failed["hitl"], JournalError)
+    assert "'hitl'" in str(result.failed["hitl"]) and "seq 1" in str(result.failed["hitl"])
     store.close()
     assert _dump(path) == before
 

@@ -98,7 +98,7 @@ WAITER_KEYS = {
     "collection_release_payload",
     "work_item_id",
     "timeout",
-    "timeout_spent",
+    "deadline",
 }
 STREAM_KEYS = {"stream_id", "source_step", "scope_path", "open_work_items", "accepting_binding_ids"}
 RELEASE_KEYS = {"binding_id", "stream_id", "buffer", "released"}
@@ -433,7 +433,7 @@ async def test_running_fan_out_snapshot_has_the_normative_keys() -> None:
     snap = handler.ctx.to_dict()
     assert round_trip(snap) == snap
     assert set(snap) >= TOP_KEYS
-    assert snap["version"] == 2
+    assert snap["version"] == 3
     assert snap["is_running"] is True
     assert set(snap["workers"]) == {"produce", "work", "join"}
     for worker in snap["workers"].values():
@@ -471,7 +471,7 @@ async def test_running_fan_out_snapshot_has_the_normative_keys() -> None:
 
 
 @pytest.mark.anyio
-async def test_waiter_snapshot_lists_the_waiter_with_its_budget() -> None:
+async def test_waiter_snapshot_lists_the_waiter_with_its_deadline() -> None:
     wf = AskFlow(wait_timeout=50.0, requirements={"text": "Ada"})
     handler = wf.run()
     snap = await snapshot_when_asked(handler)
@@ -487,7 +487,7 @@ async def test_waiter_snapshot_lists_the_waiter_with_its_budget() -> None:
     assert waiter["resolved_event"] is None and waiter["timed_out"] is False
     assert decode(waiter["event"]) == StartEvent()
     assert waiter["timeout"] == 50.0
-    assert 0.0 <= waiter["timeout_spent"] < 50.0
+    assert time.time() < waiter["deadline"] <= time.time() + 50.0
     assert round_trip(snap) == snap
 
 
@@ -542,7 +542,7 @@ async def test_private_attributes_do_not_prevent_a_snapshot() -> None:
 async def test_snapshot_before_the_first_run_is_not_running() -> None:
     ctx = Context(OutcomeFlow("complete"))
     snap = ctx.to_dict()
-    assert snap["version"] == 2 and snap["is_running"] is False
+    assert snap["version"] == 3 and snap["is_running"] is False
     assert set(snap["workers"]) == {"produce", "work", "join"}
     assert_worker_state_cleared(snap)
 
@@ -606,10 +606,7 @@ async def test_a_hard_abort_leaves_the_last_processed_state_resumable() -> None:
     after = handler.ctx.to_dict()
     assert after["is_running"] is True
     resumable = round_trip(after)
-    # The same pending work (budgets may have accrued a little alive time since).
-    for snap in (before, after):
-        for waiter in snap["workers"]["ask"]["collected_waiters"]:
-            waiter.pop("timeout_spent")
+    # The same pending work, deadlines included (they are wall-clock times).
     assert after["workers"] == before["workers"]
     assert after["journal_seq"] >= before["journal_seq"]
     fresh = AskFlow()
@@ -698,18 +695,21 @@ async def test_hitl_wait_survives_json_and_resumes_in_a_new_instance() -> None:
 
 
 @pytest.mark.anyio
-async def test_waiter_timeout_survives_a_snapshot_and_downtime() -> None:
+async def test_a_waiter_deadline_is_wall_clock_and_downtime_counts() -> None:
+    """api.md §23.1 (revised): a deadline that passed while the run was not alive fires
+    promptly after the resume."""
     first = AskFlow(wait_timeout=0.3)
     handler = first.run()
+    asked_at = time.time()
     snap = round_trip(await snapshot_when_asked(handler))
     await handler.cancel_run()
     (waiter,) = snap["workers"]["ask"]["collected_waiters"]
     assert waiter["timeout"] == 0.3
-    assert waiter["timeout_spent"] < 0.3
-    await anyio.sleep(0.4)  # downtime longer than the budget is not counted
+    assert asked_at - 0.5 <= waiter["deadline"] <= time.time() + 0.3
+    await anyio.sleep(0.4)  # the deadline passes while nothing runs
     second = AskFlow(wait_timeout=0.3)
     resumed = second.run(ctx=Context.from_dict(second, snap))
-    with anyio.fail_after(5):
+    with anyio.fail_after(1):  # promptly, not after a fresh 0.3 s budget... or 2000 s
         result = await resumed
     assert result.startswith("timeout:")
     assert "Reply" in result  # the TimeoutError names the awaited type
@@ -717,14 +717,29 @@ async def test_waiter_timeout_survives_a_snapshot_and_downtime() -> None:
 
 
 @pytest.mark.anyio
-async def test_waiter_budget_is_read_from_the_snapshot() -> None:
+async def test_the_deadline_is_read_from_the_snapshot_and_never_moved() -> None:
     first = AskFlow(wait_timeout=1000.0)
     handler = first.run()
     snap = round_trip(await snapshot_when_asked(handler))
     await handler.cancel_run()
     (waiter,) = snap["workers"]["ask"]["collected_waiters"]
-    waiter["timeout_spent"] = 999.9  # almost used up before the snapshot
-    # Had the budget been reset to 1000 s, the 5 s workflow timeout would end the run.
+    waiter["deadline"] = time.time() + 0.2  # almost due
+    # Had the deadline been reset to 1000 s, the 5 s workflow timeout would end the run.
+    second = AskFlow(wait_timeout=1000.0, timeout=5.0)
+    resumed = second.run(ctx=Context.from_dict(second, snap))
+    assert (await resumed).startswith("timeout:")
+
+
+@pytest.mark.anyio
+async def test_a_version_2_snapshot_counts_what_was_left_of_the_budget_from_the_load() -> None:
+    first = AskFlow(wait_timeout=1000.0)
+    handler = first.run()
+    snap = round_trip(await snapshot_when_asked(handler))
+    await handler.cancel_run()
+    snap["version"] = 2
+    (waiter,) = snap["workers"]["ask"]["collected_waiters"]
+    del waiter["deadline"]
+    waiter["timeout_spent"] = 999.9  # version 2: alive time spent, 0.1 s left
     second = AskFlow(wait_timeout=1000.0, timeout=5.0)
     resumed = second.run(ctx=Context.from_dict(second, snap))
     assert (await resumed).startswith("timeout:")
@@ -812,8 +827,6 @@ async def test_spent_workflow_budget_survives_a_resume() -> None:
     snap = round_trip(await snapshot_when_asked(handler))
     await handler.cancel_run()
     snap["elapsed_alive"] = 4.9  # 0.1 s of the 5 s budget is left
-    for waiter in snap["workers"]["ask"]["collected_waiters"]:
-        waiter["timeout_spent"] = 0.0
     second = AskFlow(timeout=5.0)
     resumed = second.run(ctx=Context.from_dict(second, snap))
     with anyio.fail_after(3), pytest.raises(WorkflowTimeoutError):
@@ -1000,14 +1013,14 @@ def test_the_waiting_snapshot_loads(waiting: dict[str, Any]) -> None:
     assert ctx.run_id is None
 
 
-@pytest.mark.parametrize("version", [3, 99])
+@pytest.mark.parametrize("version", [4, 99])
 def test_future_version_names_the_version_and_the_highest_supported(
     waiting: dict[str, Any], version: int
 ) -> None:
     waiting["version"] = version
     message = str(load_error(waiting))
     assert str(version) in message
-    assert "2" in message
+    assert "version 3" in message  # the highest supported
 
 
 @pytest.mark.parametrize("version", ["2", 2.0, None, True])

@@ -360,7 +360,9 @@ def test_resume_arms_the_timeout_with_the_remaining_alive_budget() -> None:
     assert kit.state.elapsed_alive == 45.0
 
 
-def test_resume_rearms_waiter_timeouts_with_what_remains_and_no_idle_check() -> None:
+def test_resume_arms_waiter_deadlines_as_they_were_and_no_idle_check() -> None:
+    """api.md §23.1 (revised): downtime counts, so a deadline that passed while the run
+    was down is due at once after the resume (the run's own budget is alive time)."""
     kit = ReducerKit(HitlFlow())
     kit.start()
     (ask,) = kit.running("ask")
@@ -369,7 +371,7 @@ def test_resume_rearms_waiter_timeouts_with_what_remains_and_no_idle_check() -> 
     kit.cancel()
     kit.advance(100)
     out = kit.feed(SessionStart(kit.now, "run-2"))
-    assert summary(out) == [("waiter_timeout", 1120.0, "ask", "w"), ("timeout", 1145.0)]
+    assert summary(out) == [("waiter_timeout", 1020.0, "ask", "w"), ("timeout", 1145.0)]
 
 
 def test_resume_keeps_invocation_identity_so_routed_sends_are_not_routed_again() -> None:
@@ -889,7 +891,8 @@ def test_a_suspension_frees_the_slot_registers_the_waiter_and_publishes_once() -
         {"n": 1},
         Ask(n=1),
     )
-    assert (w.timeout, w.registered_alive, w.resolved_event, w.timed_out) == (20, 2.0, None, False)
+    # api.md §23.1: the deadline is the registering tick's stamp plus the timeout.
+    assert (w.timeout, w.deadline, w.resolved_event, w.timed_out) == (20, 1022.0, None, False)
     assert resolvable(kit, Reply(n=1)) == {("ask", "w")}
     assert ask_state.waiters_by_item == PMap.of([(ask.item.work_item_id, frozenset({"w"}))])
 
@@ -906,7 +909,7 @@ def test_registering_the_same_waiter_again_keeps_its_budget_and_publishes_nothin
     out = kit.suspend(rerun, Reply, "w", waiter_event=Ask(n=1), timeout=20)
     assert summary(out) == [("not_running", "ask", "0")]  # audit is still running
     w = kit.state.steps["ask"].waiters["w"]
-    assert (w.registered_alive, w.resolved_event, w.timed_out) == (0.0, None, False)
+    assert (w.deadline, w.resolved_event, w.timed_out) == (1020.0, None, False)  # not moved
     assert resolvable(kit, Reply(n=1)) == {("ask", "w")}
 
 
@@ -1138,7 +1141,7 @@ def test_waiting_again_on_a_deleted_waiter_id_is_a_first_registration() -> None:
         ("waiter_timeout", 1011.0, "ask", "w"),
     ]  # (no idle check: the one scheduled at the first suspension is still pending)
     w = kit.state.steps["ask"].waiters["w"]
-    assert (w.registered_alive, w.timed_out, w.resolved_event) == (6.0, False, None)
+    assert (w.deadline, w.timed_out, w.resolved_event) == (1011.0, False, None)
     assert resolvable(kit, Reply(n=1)) == {("ask", "w")}
 
 

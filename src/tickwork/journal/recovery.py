@@ -2,23 +2,42 @@
 
 Recovery loads the run's latest compacting snapshot, folds the journal records written
 after it through the same reducer the live run used (step bodies are not run again:
-their journaled results are replayed), applies the state-store patches, and starts the
-run again from that state under its original run id.  The new session rewinds the
-invocations that were in flight at the crash, so only those run again.
+their journaled results are replayed), applies the state-store patches and the alive
+time recorded while the run waited, and starts the run again from that state under its
+original run id and options.  The new session rewinds the invocations that were in flight
+at the crash, so only those run again.  A run that was registered but had not processed
+anything yet starts afresh with its stored start event.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tickwork.context.context import Context
 from tickwork.context.state_store import InMemoryStateStore, apply_state_patch
 from tickwork.handler import WorkflowHandler
 from tickwork.runtime.control_loop.reduce import reduce
+from tickwork.runtime.types.evolve import evolve
 from tickwork.serde.journal_codec import decode_tick
-from tickwork.stores.store import JournalError, JournalStore
+from tickwork.stores.store import JournalError, JournalStore, RunEntry
 
-__all__ = ["load_run", "recover_runs", "resume_run"]
+__all__ = ["RecoveryResult", "load_run", "recover_runs", "resume_run"]
+
+_log = logging.getLogger("tickwork.journal")
+
+
+class RecoveryResult(dict[str, WorkflowHandler]):
+    """What :func:`recover_runs` did: ``{run_id: handler}`` of the runs it resumed.
+
+    It is a plain dict of handlers, plus ``failed``: ``{run_id: exception}`` for the
+    runs it could not resume (each also logged as an error naming the run and the
+    reason).  One bad run never keeps the others from being resumed.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed: dict[str, BaseException] = {}
 
 
 def _store_of(workflow: Any) -> JournalStore:
@@ -65,33 +84,80 @@ async def load_run(workflow: Any, run_id: str) -> Context[Any]:
             section = apply_state_patch(section, patch.patch)
         ctx._staging_store = InMemoryStateStore.from_dict(section, serializer)
         ctx._staging_store._bind_serializer(serializer)
+    entry = await store.get_run(run_id)
+    if entry is not None and entry.elapsed_alive > state.elapsed_alive:
+        # Alive time recorded while the run waited and journaled nothing (api.md §24.2).
+        state = evolve(state, elapsed_alive=entry.elapsed_alive)
     ctx._restored = state
     return ctx
 
 
 async def resume_run(workflow: Any, run_id: str) -> WorkflowHandler:
-    """Continue the journaled run ``run_id`` under its own id; returns its handler."""
-    ctx = await load_run(workflow, run_id)
-    return workflow.run(ctx=ctx, run_id=run_id)  # type: ignore[no-any-return]
+    """Continue the journaled run ``run_id`` under its own id and options; its handler.
+
+    Raises ``JournalError`` naming the run when the store does not know it.
+    """
+    entry = await _store_of(workflow).get_run(run_id)
+    if entry is None:
+        raise JournalError(f"the journal has no run {run_id!r}")
+    return await _resume(workflow, entry)
 
 
-async def recover_runs(*workflows: Any) -> dict[str, WorkflowHandler]:
+async def _resume(workflow: Any, entry: RunEntry) -> WorkflowHandler:
+    ctx = await load_run(workflow, entry.run_id)
+    state = ctx._current_run_state()
+    start = None
+    if state.journal_seq == 0 and not state.is_running and entry.start_event is not None:
+        # Registered, then killed before its first input was journaled.
+        serializer = ctx._serializer
+        with serializer.validation_context():
+            start = serializer.from_record(entry.start_event)
+    handler: WorkflowHandler = workflow._start_run(
+        ctx, start, {}, entry.run_id, entry.options or None
+    )
+    return handler
+
+
+async def recover_runs(*workflows: Any) -> RecoveryResult:
     """Resume every unfinished run of ``workflows`` (call once at start-up).
 
     Each workflow must be constructed with ``journal=<store>``; runs are matched to a
     workflow by ``workflow_name``.  Runs that were cancelled with ``cancel_run()`` are
-    not resumed automatically (use :func:`resume_run`).  Returns ``{run_id: handler}``.
+    not resumed automatically (use :func:`resume_run`).  Returns a
+    :class:`RecoveryResult`: ``{run_id: handler}`` of the resumed runs, with the runs
+    that could not be resumed in ``.failed`` (logged too); one bad run never blocks the
+    others.
     """
-    handlers: dict[str, WorkflowHandler] = {}
+    result = RecoveryResult()
     for workflow in workflows:
         store = _store_of(workflow)
         for entry in await store.list_unfinished(workflow.workflow_name):
-            if entry.run_id in handlers:
+            if entry.run_id in result or entry.run_id in result.failed:
                 continue
-            ctx = await load_run(workflow, entry.run_id)
-            state = ctx._current_run_state()
-            if state.finished and state.status != "cancelled":
-                await store.mark_finished(entry.run_id, state.status)  # type: ignore[arg-type]
+            try:
+                handler = await _recover_one(workflow, store, entry)
+            except Exception as error:
+                result.failed[entry.run_id] = error
+                _log.error(
+                    "run %s of %s could not be recovered: %s",
+                    entry.run_id,
+                    workflow.workflow_name,
+                    error,
+                    exc_info=error,
+                )
                 continue
-            handlers[entry.run_id] = workflow.run(ctx=ctx, run_id=entry.run_id)
-    return handlers
+            if handler is not None:
+                result[entry.run_id] = handler
+    return result
+
+
+async def _recover_one(
+    workflow: Any, store: JournalStore, entry: RunEntry
+) -> WorkflowHandler | None:
+    """Resume one unfinished run (``None``: it had in fact finished durably)."""
+    ctx = await load_run(workflow, entry.run_id)
+    state = ctx._current_run_state()
+    if state.finished and state.status != "cancelled":
+        await store.mark_finished(entry.run_id, state.status)  # type: ignore[arg-type]
+        return None
+    return await _resume(workflow, entry)

@@ -1,17 +1,25 @@
 """Writing a run's journal to a durable store (``Workflow(journal=<store>)``).
 
-The runner reduces a drain of ticks, then awaits :meth:`DurableWriter.commit`, which
-writes that drain's records and the state-store patch accumulated with them in one
-store transaction (group commit).  A compacting snapshot (run state + state store) is
-written when the session starts, every ``compact_every`` records, and with the last
-records of a finished run (before its result is delivered), so recovery reads a
-snapshot plus a short tail — never the whole history — and a finished run keeps only
-its final snapshot.
+:meth:`DurableWriter.register` makes the run recoverable before ``run()`` returns: its
+starting snapshot, start event and options in one store transaction.  The runner then
+reduces a drain of ticks and awaits :meth:`DurableWriter.commit`, which writes that
+drain's records and the state-store patch accumulated with them in one store
+transaction (group commit).  A compacting snapshot (run state + state store) is written
+at registration, every ``compact_every`` records, and with the last records of a
+finished run (before its result is delivered), so recovery reads a snapshot plus a short
+tail — never the whole history — and a finished run keeps only its final snapshot.
+
+While a run with a time budget waits and journals nothing, :meth:`DurableWriter.heartbeat`
+records its alive time about once a second, so that a crash forgets at most that much
+of it (api.md §24.2).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+import anyio
 
 from tickwork.errors import WorkflowRuntimeError
 from tickwork.runtime.types.state import RunState
@@ -22,7 +30,7 @@ from tickwork.serde.snapshot import encode_snapshot
 from tickwork.stores.store import JournalStore, RunStatus, StatePatch
 from tickwork.types import JournalRecord
 
-__all__ = ["DurableWriter"]
+__all__ = ["Ack", "DurableWriter"]
 
 _FINAL: dict[str, RunStatus] = {
     "completed": "completed",
@@ -30,6 +38,21 @@ _FINAL: dict[str, RunStatus] = {
     "timed_out": "timed_out",
     "cancelled": "cancelled",
 }
+
+
+class Ack:
+    """Set once a tick is durable in the journal, or failed to become so (``error``)."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.error: BaseException | None = None
+
+    def settle(self, error: BaseException | None = None) -> None:
+        if not self.done.is_set():
+            self.error = error
+            self.done.set()
 
 
 class DurableWriter:
@@ -53,15 +76,66 @@ class DurableWriter:
         self._pending: list[tuple[Tick, int]] = []
         self._checkpoint: Any = None
         self._since_snapshot = 0
+        # Acknowledgements awaited by senders, by the identity of their tick.
+        self._acks: dict[int, tuple[Tick, Ack]] = {}
+
+    def ack_when_durable(self, tick: Tick) -> Ack:
+        """An :class:`Ack` settled when ``tick`` is committed (``tick`` is not posted)."""
+        ack = Ack()
+        self._acks[id(tick)] = (tick, ack)
+        return ack
+
+    def abandon_acks(self, reason: str) -> None:
+        """The run ended: every tick still awaited will never be journaled."""
+        acks, self._acks = self._acks, {}
+        for _tick, ack in acks.values():
+            ack.settle(WorkflowRuntimeError(f"run {self.run_id}: {reason}"))
 
     def _snapshot(self, state: RunState) -> dict[str, Any]:
         self._checkpoint = self.state_store.checkpoint()
         return encode_snapshot(state, self.serializer, self._checkpoint.to_dict())
 
-    async def begin(self, state: RunState) -> None:
-        """Register the session with its starting snapshot."""
-        await self.store.begin_run(self.run_id, self.workflow_name, self._snapshot(state))
+    def register(
+        self, state: RunState, start_event: Any, options: Mapping[str, Any] | None
+    ) -> None:
+        """Make the run (or its new session) durable before ``run()`` returns.
+
+        A new run gives its start event and options; a resumed one gives ``None`` for
+        both and keeps what the store has.  Blocks until the store has committed.
+        """
+        record = None if start_event is None else self._start_record(start_event)
+        self.store.register_run(
+            self.run_id,
+            self.workflow_name,
+            self._snapshot(state),
+            start_event=record,
+            options=options,
+        )
         self._since_snapshot = 0
+
+    def _start_record(self, start_event: Any) -> Any:
+        try:
+            return self.serializer.to_record(start_event)
+        except Exception as error:
+            raise WorkflowRuntimeError(
+                f"run {self.run_id}: cannot journal the start event "
+                f"{type(start_event).__name__}: {error}; use a serializer that can encode "
+                "it (e.g. PickleSerializer) or make it serializable"
+            ) from error
+
+    def _settle(self, batch: list[tuple[Tick, int]], error: BaseException | None) -> None:
+        if not self._acks:
+            return
+        for tick, _seq in batch:
+            waiting = self._acks.pop(id(tick), None)
+            if waiting is not None:
+                waiting[1].settle(error)
+
+    async def heartbeat(self, state: RunState, now: float) -> None:
+        """Record the alive time spent up to ``now`` (the run's last input may be old)."""
+        last = state.last_alive_stamp
+        alive = state.elapsed_alive + (max(0.0, now - last) if last is not None else 0.0)
+        await self.store.record_alive_time(self.run_id, alive)
 
     def record(self, tick: Tick, seq: int) -> None:
         """Remember a reduced tick until the next commit."""
@@ -95,11 +169,16 @@ class DurableWriter:
         """Write the pending records (and the state patch after them) in one transaction."""
         if not self._pending:
             return
-        records = [self._encode(tick, seq) for tick, seq in self._pending]
-        self._pending = []
-        patch = self._state_patch(records[-1].seq)
-        final = _FINAL.get(state.status)
-        await self.store.append(self.run_id, records, patch, final)
+        batch, self._pending = self._pending, []
+        try:
+            records = [self._encode(tick, seq) for tick, seq in batch]
+            patch = self._state_patch(records[-1].seq)
+            final = _FINAL.get(state.status)
+            await self.store.append(self.run_id, records, patch, final)
+        except BaseException as error:
+            self._settle(batch, error)
+            raise
+        self._settle(batch, None)
         self._since_snapshot += len(records)
         if final is not None or self._since_snapshot >= self.compact_every:
             await self.store.write_snapshot(self.run_id, state.journal_seq, self._snapshot(state))

@@ -24,6 +24,7 @@ import anyio
 if sys.version_info < (3, 11):  # pragma: no cover - anyio installs the backport there
     from exceptiongroup import BaseExceptionGroup
 
+from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import StopEvent, WorkflowFailedEvent
 from tickwork.runtime.control_loop.runner import RunExit, control_loop, using_adapter
 from tickwork.runtime.durable import DurableWriter
@@ -36,6 +37,9 @@ from tickwork.runtime.types.state import Invocation, RunConfig, RunState, StepSp
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
 
 __all__ = ["DoneFlag", "RunSession", "detect_backend"]
+
+HEARTBEAT_SECONDS = 1.0
+"""How often a journaled run that waits records its alive time (api.md §24.2)."""
 
 _log = logging.getLogger("tickwork.runtime")
 
@@ -141,6 +145,7 @@ class RunSession:
         "durable",
         "exit",
         "hard_aborted",
+        "heartbeat_every",
         "invokers",
         "journal",
         "loop_thread",
@@ -193,6 +198,10 @@ class RunSession:
                 journal_store, run_id, config.workflow_name, serializer, store
             )
         self.durable = self.writer is not None
+        # Journaled runs with a time budget record their alive time while they wait.
+        self.heartbeat_every: float | None = (
+            HEARTBEAT_SECONDS if self.writer is not None and config.timeout is not None else None
+        )
         self._run_slots: RunSlots | None = run_slots
         self._turn = run_slots.take_ticket() if run_slots is not None else None
         self._post: Callable[[Tick], None] | None = None
@@ -291,9 +300,16 @@ class RunSession:
         finally:
             slots.release()
 
-    async def _drive(self) -> None:
+    def register(self, options: Mapping[str, Any] | None) -> None:
+        """Make a journaled run recoverable before ``run()`` returns its handler.
+
+        A new run stores its start event and ``options`` with its starting snapshot in
+        one transaction; a resumed one (no start event) keeps what the store has.
+        """
         if self.writer is not None:
-            await self.writer.begin(self.state)
+            self.writer.register(self.state, self.start_event, options)
+
+    async def _drive(self) -> None:
         self.run_span = start_run_span(
             self.run_id, self.config.workflow_name, self.start_event, self.start_event is None
         )
@@ -348,11 +364,18 @@ class RunSession:
         if self.writer is not None:
             await self.writer.commit(self.state)
 
+    async def heartbeat(self) -> None:
+        """Record the alive time spent so far (a waiting run journals nothing)."""
+        if self.writer is not None:
+            await self.writer.heartbeat(self.state, time.time())
+
     def finish(self, run_exit: RunExit) -> None:
         """Deliver the outcome now, before cancelled workers finish unwinding."""
         if self.exit is not None:
             return
         self.exit = run_exit
+        if self.writer is not None:
+            self.writer.abandon_acks("the run ended before the event was journaled")
         self._wake_journal_readers()
         end_run_span(self.run_span, run_exit.kind, run_exit.exception)
         self.run_span = None
@@ -389,6 +412,28 @@ class RunSession:
             )
             return
         self.post_external(AddEvent(time.time(), event, step))
+
+    async def send_durably(self, event: Any, step: str | None) -> None:
+        """Send to a journaled run; return once the event is in the journal.
+
+        Raises ``WorkflowRuntimeError`` when it cannot be journaled or the run ended
+        first (it was then not delivered).
+        """
+        assert self.writer is not None
+        if not self.live:
+            raise WorkflowRuntimeError(
+                f"send_event({type(event).__name__}): run {self.run_id} has ended; the event "
+                "was not delivered"
+            )
+        tick = AddEvent(time.time(), event, step)
+        ack = self.writer.ack_when_durable(tick)
+        self.post_external(tick)
+        await ack.done.wait()
+        if ack.error is not None:
+            raise WorkflowRuntimeError(
+                f"send_event({type(event).__name__}) to run {self.run_id} was not journaled: "
+                f"{ack.error}"
+            ) from ack.error
 
     def request_cancel(self) -> None:
         """Ask for a graceful cancel."""

@@ -197,7 +197,7 @@ class _Encoder:
         }
         return _seq(inv.invocation_id), encoded
 
-    def waiter(self, waiter: Waiter, elapsed_alive: float) -> dict[str, Any]:
+    def waiter(self, waiter: Waiter) -> dict[str, Any]:
         """The encoding of a parked ``wait_for_event`` call (new in every snapshot)."""
         item = waiter.item
         return {
@@ -217,7 +217,7 @@ class _Encoder:
             "collection_release_payload": self.release_payload(item),
             "work_item_id": item.work_item_id,
             "timeout": waiter.timeout,
-            "timeout_spent": max(0.0, elapsed_alive - waiter.registered_alive),
+            "deadline": waiter.deadline,
             "waiter_event": self.event(waiter.waiter_event),
             "subclass_mode": waiter.subclass_mode,
             "work_item": self.item(item),
@@ -460,7 +460,7 @@ class _Encoder:
             for name, step in state.steps.items():
                 if step.waiters:
                     workers[name]["collected_waiters"] = [
-                        self.waiter(w, state.elapsed_alive)
+                        self.waiter(w)
                         for w in sorted(step.waiters.values(), key=lambda w: w.waiter_id)
                     ]
         return snapshot

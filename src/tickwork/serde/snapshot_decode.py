@@ -7,6 +7,7 @@ a ``ContextSerdeError`` that names the key, step or class.  Writing them is
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,8 +37,14 @@ from tickwork.serde.serializers import BaseSerializer
 
 __all__ = ["SNAPSHOT_VERSION", "decode_snapshot"]
 
-SNAPSHOT_VERSION = 2
-"""The format version this package writes and reads."""
+SNAPSHOT_VERSION = 3
+"""The format version this package writes (it also reads version 2).
+
+Version 3 stores a waiter's timeout as a wall-clock ``deadline``; version 2 stored the
+alive time it had spent (``timeout_spent``), which is read as a deadline counted from
+the moment the snapshot is loaded."""
+
+OLDEST_READABLE_VERSION = 2
 
 
 class _Decoder:
@@ -131,7 +138,7 @@ class _Decoder:
             ),
         )
 
-    def waiter(self, data: Mapping[str, Any], step: str, elapsed_alive: float) -> Waiter:
+    def waiter(self, data: Mapping[str, Any], step: str) -> Waiter:
         item_data = data.get("work_item") or data
         item = self.item(item_data, step)
         timeout = data.get("timeout")
@@ -142,12 +149,22 @@ class _Decoder:
             requirements=self.requirements(data.get("requirements")),
             waiter_event=self.event(data.get("waiter_event")),
             timeout=None if timeout is None else float(timeout),
-            registered_alive=elapsed_alive - float(data.get("timeout_spent") or 0.0),
+            deadline=self.deadline(data, timeout),
             subclass_mode=bool(data.get("subclass_mode", False)),
             resolved_event=self.event(data.get("resolved_event")),
             timed_out=bool(data.get("timed_out", False)),
             has_requirements=bool(data.get("has_requirements", False)),
         )
+
+    def deadline(self, data: Mapping[str, Any], timeout: Any) -> float | None:
+        """A waiter's wall-clock deadline (version 2: what was left, counted from now)."""
+        if timeout is None:
+            return None
+        if "deadline" in data:
+            deadline = data["deadline"]
+            return None if deadline is None else float(deadline)
+        left = float(timeout) - float(data.get("timeout_spent") or 0.0)
+        return time.time() + max(0.0, left)
 
     def requirements(self, text: Any) -> dict[str, Any] | None:
         try:
@@ -184,10 +201,10 @@ class _Decoder:
             return NO_HOLDINGS
         return holdings
 
-    def worker(self, data: Mapping[str, Any], step: str, elapsed_alive: float) -> StepRunState:
+    def worker(self, data: Mapping[str, Any], step: str) -> StepRunState:
         self.where = f"workers[{step!r}]"
         in_progress = [self.invocation(d, step) for d in data.get("in_progress") or ()]
-        waiters = [self.waiter(d, step, elapsed_alive) for d in data.get("collected_waiters") or ()]
+        waiters = [self.waiter(d, step) for d in data.get("collected_waiters") or ()]
         by_item: dict[str, frozenset[str]] = {}
         for w in waiters:
             by_item[w.item.work_item_id] = by_item.get(w.item.work_item_id, frozenset()) | {
@@ -227,7 +244,7 @@ def _has_pending_work(data: Mapping[str, Any]) -> bool:
 
 
 def _check_version(data: Mapping[str, Any]) -> None:
-    version = data.get("version", 2)
+    version = data.get("version", OLDEST_READABLE_VERSION)
     if isinstance(version, bool) or not isinstance(version, int):
         raise ContextSerdeError(
             f"cannot load snapshot: 'version' must be an integer, got {version!r}"
@@ -237,10 +254,10 @@ def _check_version(data: Mapping[str, Any]) -> None:
             f"cannot load snapshot: version {version} is newer than the highest supported "
             f"version {SNAPSHOT_VERSION}; upgrade tickwork to load it"
         )
-    if version < SNAPSHOT_VERSION:
+    if version < OLDEST_READABLE_VERSION:
         raise ContextSerdeError(
             f"cannot load snapshot: version {version} (a legacy format) is not supported; "
-            f"only version {SNAPSHOT_VERSION} snapshots can be loaded"
+            f"versions {OLDEST_READABLE_VERSION} to {SNAPSHOT_VERSION} can be loaded"
         )
 
 
@@ -290,7 +307,7 @@ def decode_snapshot(data: Any, config: RunConfig, serializer: BaseSerializer) ->
         if missing:
             raise ContextSerdeError(
                 f"cannot load snapshot: the snapshot of a running workflow is missing "
-                f"{', '.join(repr(k) for k in missing)} (truncated or not a version-2 "
+                f"{', '.join(repr(k) for k in missing)} (truncated or not a tickwork "
                 "snapshot?)"
             )
     decoder = _Decoder(serializer, config)
@@ -311,7 +328,7 @@ def decode_snapshot(data: Any, config: RunConfig, serializer: BaseSerializer) ->
                     )
                 continue
             if running:
-                steps[name] = decoder.worker(worker, name, elapsed)
+                steps[name] = decoder.worker(worker, name)
         streams, releases = _decode_streams(data, decoder) if running else (PMap(), PMap())
         index, blind = _waiter_index(steps) if running else (WaiterIndex(), PMap())
         holdings = decoder.holdings(data.get("held_events"), blind) if running else NO_HOLDINGS

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from tickwork.stores.store import JournalError, RunEntry, RunStatus, StatePatch
@@ -20,6 +21,23 @@ class _Run:
         self.patches: list[StatePatch] = []
         self.snapshot: tuple[int, dict[str, Any]] | None = None
         self.last_seq = -1
+        self.created_at = self.updated_at = time.time()
+        self.options: dict[str, Any] = {}
+        self.start_event: Any = None
+        self.elapsed_alive = 0.0
+
+    def entry(self, run_id: str) -> RunEntry:
+        return RunEntry(
+            run_id,
+            self.workflow_name,
+            self.status,
+            self.last_seq,
+            self.created_at,
+            self.updated_at,
+            dict(self.options),
+            copy.deepcopy(self.start_event),
+            self.elapsed_alive,
+        )
 
 
 class InMemoryJournal:
@@ -34,11 +52,25 @@ class InMemoryJournal:
             raise JournalError(f"the journal has no run {run_id!r}")
         return run
 
-    async def begin_run(self, run_id: str, workflow_name: str, snapshot: dict[str, Any]) -> None:
+    def register_run(
+        self,
+        run_id: str,
+        workflow_name: str,
+        snapshot: dict[str, Any],
+        *,
+        start_event: Any = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         run = self._runs.get(run_id)
         if run is None:
             run = self._runs[run_id] = _Run(workflow_name)
+        run.workflow_name = workflow_name
         run.status = "running"
+        run.updated_at = time.time()
+        if start_event is not None:
+            run.start_event = copy.deepcopy(start_event)
+        if options is not None:
+            run.options = dict(options)
         seq = int(snapshot.get("journal_seq", 0))
         run.snapshot = (seq, copy.deepcopy(snapshot))
         run.records = {s: r for s, r in run.records.items() if s >= seq}
@@ -61,6 +93,12 @@ class InMemoryJournal:
             run.patches.append(state_patch)
         if final_status is not None:
             run.status = final_status
+        run.updated_at = time.time()
+
+    async def record_alive_time(self, run_id: str, elapsed_alive: float) -> None:
+        run = self._run(run_id)
+        run.elapsed_alive = max(run.elapsed_alive, elapsed_alive)
+        run.updated_at = time.time()
 
     async def read(self, run_id: str, from_seq: int = 0) -> AsyncIterator[JournalRecord]:
         run = self._run(run_id)
@@ -99,12 +137,7 @@ class InMemoryJournal:
 
     async def get_run(self, run_id: str) -> RunEntry | None:
         run = self._runs.get(run_id)
-        if run is None:
-            return None
-        return RunEntry(run_id, run.workflow_name, run.status, run.last_seq)
+        return None if run is None else run.entry(run_id)
 
     async def list_runs(self) -> list[RunEntry]:
-        return [
-            RunEntry(run_id, run.workflow_name, run.status, run.last_seq)
-            for run_id, run in reversed(self._runs.items())
-        ]
+        return [run.entry(run_id) for run_id, run in reversed(self._runs.items())]

@@ -13,7 +13,8 @@ import functools
 import json
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,7 +34,11 @@ CREATE TABLE IF NOT EXISTS runs (
     workflow_name TEXT NOT NULL,
     status TEXT NOT NULL,
     last_seq INTEGER NOT NULL DEFAULT -1,
-    updated_at REAL NOT NULL DEFAULT (julianday('now'))
+    updated_at REAL NOT NULL DEFAULT (julianday('now')),
+    created_at REAL,
+    start_event TEXT,
+    options TEXT,
+    elapsed_alive REAL NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS records (
     run_id TEXT NOT NULL,
@@ -55,6 +60,38 @@ CREATE TABLE IF NOT EXISTS state_patches (
 """
 
 _READ_BATCH = 512
+
+# Columns added to ``runs`` after the first release, with their definitions: a file
+# written by an older version gets them when it is opened.
+_ADDED_RUN_COLUMNS = (
+    ("created_at", "REAL"),
+    ("start_event", "TEXT"),
+    ("options", "TEXT"),
+    ("elapsed_alive", "REAL NOT NULL DEFAULT 0"),
+)
+# ``updated_at`` used to hold a Julian day; epoch seconds are far larger.
+_JULIAN_EPOCH = 2440587.5
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring a journal written by an older version to the current schema."""
+    present = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    missing = [(name, decl) for name, decl in _ADDED_RUN_COLUMNS if name not in present]
+    if not missing:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for name, decl in missing:
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {decl}")
+        conn.execute(
+            "UPDATE runs SET updated_at = (updated_at - ?) * 86400 WHERE updated_at < 1e7",
+            (_JULIAN_EPOCH,),
+        )
+        conn.execute("UPDATE runs SET created_at = updated_at WHERE created_at IS NULL")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _fetch_records(conn: sqlite3.Connection, *, run_id: str, start: int) -> list[tuple[int, str]]:
@@ -85,6 +122,7 @@ class SqliteJournal:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.executescript(_SCHEMA)
+            _migrate(conn)
             self._conn = conn
         return self._conn
 
@@ -108,7 +146,7 @@ class SqliteJournal:
     @staticmethod
     def _require_run(conn: sqlite3.Connection, run_id: str) -> None:
         if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
-            raise JournalError(f"the journal has no run {run_id!r} (begin_run was never called)")
+            raise JournalError(f"the journal has no run {run_id!r} (register_run was never called)")
 
     @staticmethod
     def _transaction(conn: sqlite3.Connection, body: Callable[[], None]) -> None:
@@ -122,21 +160,52 @@ class SqliteJournal:
 
     # -- writes ------------------------------------------------------------------------
 
-    async def begin_run(self, run_id: str, workflow_name: str, snapshot: dict[str, Any]) -> None:
+    def register_run(
+        self,
+        run_id: str,
+        workflow_name: str,
+        snapshot: dict[str, Any],
+        *,
+        start_event: Any = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         seq = int(snapshot.get("journal_seq", 0))
         text = json.dumps(snapshot)
+        event_text = None if start_event is None else json.dumps(start_event)
+        options_text = None if options is None else json.dumps(dict(options))
+        now = time.time()
 
         def write(conn: sqlite3.Connection) -> None:
             def body() -> None:
                 conn.execute(
-                    "INSERT INTO runs (run_id, workflow_name, status, last_seq) "
-                    "VALUES (?, ?, 'running', ?) ON CONFLICT(run_id) DO UPDATE SET "
-                    "status='running', workflow_name=excluded.workflow_name",
-                    (run_id, workflow_name, seq - 1),
+                    "INSERT INTO runs (run_id, workflow_name, status, last_seq, created_at, "
+                    "updated_at, start_event, options) VALUES (?, ?, 'running', ?, ?, ?, ?, ?) "
+                    "ON CONFLICT(run_id) DO UPDATE SET status='running', "
+                    "workflow_name=excluded.workflow_name, updated_at=excluded.updated_at, "
+                    "start_event=COALESCE(excluded.start_event, runs.start_event), "
+                    "options=COALESCE(excluded.options, runs.options)",
+                    (run_id, workflow_name, seq - 1, now, now, event_text, options_text),
                 )
                 self._replace_snapshot(conn, run_id, seq, text)
 
             self._transaction(conn, body)
+
+        self._call_blocking(write)
+
+    def _call_blocking(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the calling thread (for the synchronous ``register_run``)."""
+        with self._lock:
+            return fn(self._connect())
+
+    async def record_alive_time(self, run_id: str, elapsed_alive: float) -> None:
+        now = time.time()
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE runs SET elapsed_alive = MAX(elapsed_alive, ?), updated_at = ? "
+                "WHERE run_id = ?",
+                (elapsed_alive, now, run_id),
+            )
 
         await self._call(write)
 
@@ -154,6 +223,7 @@ class SqliteJournal:
             else None
         )
         last = max((r.seq for r in records), default=None)
+        now = time.time()
 
         def write(conn: sqlite3.Connection) -> None:
             def body() -> None:
@@ -168,8 +238,9 @@ class SqliteJournal:
                     conn.execute("INSERT OR REPLACE INTO state_patches VALUES (?, ?, ?)", patch_row)
                 if last is not None:
                     conn.execute(
-                        "UPDATE runs SET last_seq = MAX(last_seq, ?) WHERE run_id = ?",
-                        (last, run_id),
+                        "UPDATE runs SET last_seq = MAX(last_seq, ?), updated_at = ? "
+                        "WHERE run_id = ?",
+                        (last, now, run_id),
                     )
                 if final_status is not None:
                     conn.execute(
@@ -267,14 +338,37 @@ class SqliteJournal:
             ) from error
 
     async def _entries(self, where: str, args: tuple[Any, ...]) -> list[RunEntry]:
-        def fetch(conn: sqlite3.Connection) -> list[tuple[str, str, str, int]]:
+        def fetch(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             return conn.execute(
-                "SELECT run_id, workflow_name, status, last_seq FROM runs "
-                f"{where} ORDER BY updated_at DESC, run_id",
+                "SELECT run_id, workflow_name, status, last_seq, created_at, updated_at, "
+                f"options, start_event, elapsed_alive FROM runs {where} "
+                "ORDER BY updated_at DESC, run_id",
                 args,
             ).fetchall()
 
-        return [RunEntry(r, w, s, seq) for r, w, s, seq in await self._call(fetch)]  # type: ignore[arg-type]
+        return [self._entry(row) for row in await self._call(fetch)]
+
+    def _entry(self, row: tuple[Any, ...]) -> RunEntry:
+        run_id, workflow_name, status, last_seq, created, updated, options, event, alive = row
+        try:
+            decoded_options = json.loads(options) if options else {}
+            decoded_event = json.loads(event) if event else None
+        except ValueError as error:
+            raise JournalError(
+                f"{self.path}: run {run_id!r}: its stored start event or options are "
+                f"corrupt ({error})"
+            ) from error
+        return RunEntry(
+            run_id,
+            workflow_name,
+            status,
+            last_seq,
+            created,
+            updated,
+            decoded_options,
+            decoded_event,
+            float(alive or 0.0),
+        )
 
     async def list_unfinished(self, workflow_name: str | None = None) -> list[RunEntry]:
         if workflow_name is None:

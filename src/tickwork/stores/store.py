@@ -1,17 +1,21 @@
 """The journal-store protocol: what a durable backend implements.
 
-A store keeps, per run: its identity (workflow name, status), the journal records of
-the run (consecutive ``seq`` numbers), an optional *compacting snapshot* (recovery reads
-the latest snapshot plus the records after it, never the whole history) and the state
-store patches that go with the records.  ``append`` writes one batch of records and
-their state patch in **one transaction** (the runner commits all the ticks it reduced
-in one drain at once: group commit).
+A store keeps, per run: its identity (workflow name, status, start event and options,
+times), the journal records of the run (consecutive ``seq`` numbers), an optional
+*compacting snapshot* (recovery reads the latest snapshot plus the records after it,
+never the whole history) and the state store patches that go with the records.
+
+``register_run`` makes a run durable in **one transaction** with everything needed to
+start it again (its starting snapshot, start event and options), before ``run()``
+returns; ``append`` writes one batch of records and their state patch in one
+transaction (the runner commits all the ticks it reduced in one drain at once: group
+commit).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from tickwork.types import JournalRecord
@@ -30,12 +34,24 @@ class JournalError(Exception):
 
 @dataclass(frozen=True)
 class RunEntry:
-    """One run known to a store."""
+    """One run known to a store.
+
+    ``start_event`` is the serializer record of the run's start event and ``options``
+    what ``run()`` was given besides it (the run's ``timeout``); a resume uses both, so
+    a resumed run keeps its original options.  ``created_at`` and ``updated_at`` are
+    epoch seconds (the last write); ``elapsed_alive`` is the run's alive time as last
+    recorded, which survives a crash even while the run waits and journals nothing.
+    """
 
     run_id: str
     workflow_name: str
     status: RunStatus
     last_seq: int
+    created_at: float | None = None
+    updated_at: float | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    start_event: Any = None
+    elapsed_alive: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -50,8 +66,26 @@ class StatePatch:
 class JournalStore(Protocol):
     """A durable home for run journals.  All methods are async (anyio-friendly)."""
 
-    async def begin_run(self, run_id: str, workflow_name: str, snapshot: dict[str, Any]) -> None:
-        """Register a run (or a new session of one) with its starting snapshot."""
+    def register_run(
+        self,
+        run_id: str,
+        workflow_name: str,
+        snapshot: dict[str, Any],
+        *,
+        start_event: Any = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Register a run (or a new session of one) in one transaction, and block until
+        it is durable.
+
+        ``snapshot`` is the state the session starts from.  A new run also gives its
+        ``start_event`` record and ``options``; a new session of a known run passes
+        ``None`` for them and keeps the stored ones.  Synchronous on purpose:
+        ``Workflow.run()`` returns its handler only once the run can be recovered.
+        """
+
+    async def record_alive_time(self, run_id: str, elapsed_alive: float) -> None:
+        """Record the alive time a run has spent (heartbeats of journaled runs)."""
 
     async def append(
         self,

@@ -36,12 +36,15 @@ def rerun_waiters_with_requirements(tx: Tx) -> None:
 
 
 def arm_waiter_timeouts(tx: Tx) -> None:
-    """Schedule a check for every waiter that has a timeout budget."""
+    """Schedule the deadline of every pending waiter that has one.
+
+    Deadlines are wall-clock times, so one that passed while the run was not alive
+    (snapshotted, crashed, parked) is due at once.
+    """
     for step in tx.base.steps:
         for waiter in sorted(tx.steps[step].waiters.values(), key=waiter_order):
-            if waiter.timeout is not None and waiter.resolved_event is None:
-                remaining = waiter.timeout - (tx.elapsed_alive - waiter.registered_alive)
-                tx.emit(ScheduleWaiterTimeout(tx.now + max(0.0, remaining), step, waiter.waiter_id))
+            if waiter.deadline is not None and waiter.pending:
+                tx.emit(ScheduleWaiterTimeout(waiter.deadline, step, waiter.waiter_id))
 
 
 NONE_WOKEN: frozenset[str] = frozenset()
@@ -97,7 +100,7 @@ def _unindex_waiter(tx: Tx, step: str, waiter: Waiter) -> None:
 
 
 def register_waiter(tx: Tx, invocation: Invocation, outcome: Suspended) -> None:
-    """Record a suspension: keep an existing budget, publish ``waiter_event`` once."""
+    """Record a suspension: keep an existing deadline, publish ``waiter_event`` once."""
     request = outcome.waiter
     step = invocation.step
     current = tx.steps[step]
@@ -109,7 +112,13 @@ def register_waiter(tx: Tx, invocation: Invocation, outcome: Suspended) -> None:
         requirements=request.requirements,
         waiter_event=request.waiter_event,
         timeout=request.timeout,
-        registered_alive=(existing.registered_alive if existing is not None else tx.elapsed_alive),
+        deadline=(
+            existing.deadline
+            if existing is not None
+            else None
+            if request.timeout is None
+            else tx.now + request.timeout
+        ),
         subclass_mode=tx.spec(step).subclass_mode,
         has_requirements=bool(request.requirements) or request.has_requirements,
     )
@@ -131,8 +140,8 @@ def register_waiter(tx: Tx, invocation: Invocation, outcome: Suspended) -> None:
     if existing is None:
         if request.waiter_event is not None:
             tx.emit(PublishEvent(request.waiter_event))
-        if request.timeout is not None:
-            tx.emit(ScheduleWaiterTimeout(tx.now + request.timeout, step, request.waiter_id))
+        if waiter.deadline is not None:
+            tx.emit(ScheduleWaiterTimeout(waiter.deadline, step, request.waiter_id))
     if tx.holdings.unclaimed:  # an event it waits for may have come before it
         kept = take_unclaimed(tx, item_id, waiter)
         if kept is not None:
@@ -178,16 +187,15 @@ def delete_waiters(tx: Tx, step: str, item_id: str, only: tuple[str, ...] | None
 
 
 def process_waiter_timeout(tx: Tx, tick: WaiterTimeout) -> None:
-    """A waiter's budget may be spent: re-arm for what remains, or time it out."""
+    """A waiter's deadline may have passed: time it out (or re-arm an early timer)."""
     if not tx.live:
         return
     current = tx.steps[tick.step]
     waiter = current.waiters.get(tick.waiter_id)
-    if waiter is None or not waiter.pending or waiter.timeout is None:
+    if waiter is None or not waiter.pending or waiter.deadline is None:
         return  # a stale timer: resolved, timed out, or registered again without a timeout
-    remaining = waiter.timeout - (tx.elapsed_alive - waiter.registered_alive)
-    if remaining > 1e-9:
-        tx.emit(ScheduleWaiterTimeout(tx.now + remaining, tick.step, tick.waiter_id))
+    if waiter.deadline - tx.now > 1e-9:
+        tx.emit(ScheduleWaiterTimeout(waiter.deadline, tick.step, tick.waiter_id))
         return
     timed_out = replace(waiter, timed_out=True)
     tx.put_step(

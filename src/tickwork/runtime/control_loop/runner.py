@@ -121,8 +121,15 @@ class LoopAdapter(Protocol):
     durable: bool
     """Whether :meth:`commit` must be awaited after every drain."""
 
+    heartbeat_every: float | None
+    """While waiting, call :meth:`heartbeat` when nothing was committed for this long
+    (``None``: never)."""
+
     async def commit(self) -> None:
         """Make the ticks reduced in the last drain durable (group commit)."""
+
+    async def heartbeat(self) -> None:
+        """Record that the run is still alive (its alive time, in journaled runs)."""
 
 
 _ADAPTER: contextvars.ContextVar[weakref.ref[LoopAdapter] | None] = contextvars.ContextVar(
@@ -189,6 +196,8 @@ class _Loop:
         self.run_step = adapter.run_step
         self.publish = adapter.publish
         self.spawn_context = adapter.spawn_context
+        self.heartbeat_every = adapter.heartbeat_every
+        self.last_commit = time.time()
 
     # -- feeding ticks -------------------------------------------------------------
 
@@ -283,6 +292,7 @@ class _Loop:
             adapter.processed(tick, self.state)
             deferred.extend(commands)
         await adapter.commit()
+        self.last_commit = time.time()
         handlers = _HANDLERS
         for command in deferred:
             handlers[type(command)](self, command)
@@ -300,16 +310,28 @@ class _Loop:
             return
         self.waiting = True
         try:
-            if self.heap:
-                await self.pool.wait(max(0.0, self.heap[0][0] - time.time()))
-                self._take_due_timers()
-            else:
-                await self.pool.wait(None)
+            await self.pool.wait(self._wait_limit())
+            self._take_due_timers()
         finally:
             self.waiting = False
         while self.unstarted and self.exit is None:
             await anyio.lowlevel.checkpoint()  # let dispatched workers begin first
-        self._take_available()
+        if not self._take_available() and self._heartbeat_due():
+            await self.adapter.heartbeat()
+            self.last_commit = time.time()
+
+    def _wait_limit(self) -> float | None:
+        """How long to wait for input: until the next timer or heartbeat (or forever)."""
+        now = time.time()
+        limit = self.heap[0][0] - now if self.heap else None
+        if self.heartbeat_every is not None:
+            beat = self.last_commit + self.heartbeat_every - now
+            limit = beat if limit is None else min(limit, beat)
+        return None if limit is None else max(0.0, limit)
+
+    def _heartbeat_due(self) -> bool:
+        every = self.heartbeat_every
+        return every is not None and self.exit is None and time.time() - self.last_commit >= every
 
     def _take_available(self) -> bool:
         """Move every tick already posted into ``pending``, step ticks first."""

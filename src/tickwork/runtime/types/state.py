@@ -189,7 +189,9 @@ class Waiter:
     requirements: Mapping[str, Any] | None
     waiter_event: Any
     timeout: float | None
-    registered_alive: float
+    deadline: float | None
+    """Wall-clock time (epoch seconds) at which it times out: the stamp of the tick that
+    first registered it plus ``timeout``; ``None`` without a timeout (api.md §23.1)."""
     subclass_mode: bool = False
     resolved_event: Any = None
     timed_out: bool = False
