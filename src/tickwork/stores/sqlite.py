@@ -240,7 +240,7 @@ class SqliteJournal:
 
             self._transaction(conn, body)
 
-        await self._call(write)
+        await self._call(write, run_id=run_id, action="appending records")
 
     @staticmethod
     def _replace_snapshot(conn: sqlite3.Connection, run_id: str, seq: int, text: str) -> None:
@@ -258,14 +258,14 @@ class SqliteJournal:
 
             self._transaction(conn, body)
 
-        await self._call(write)
+        await self._call(write, run_id=run_id, action="writing a snapshot")
 
     async def mark_finished(self, run_id: str, status: RunStatus) -> None:
         def write(conn: sqlite3.Connection) -> None:
             self._require_run(conn, run_id)
             conn.execute("UPDATE runs SET status = ? WHERE run_id = ?", (status, run_id))
 
-        await self._call(write)
+        await self._call(write, run_id=run_id, action="recording the run's outcome")
 
     # -- reads ---------------------------------------------------------------------------
 
