@@ -146,7 +146,8 @@ def decode_stored_json(stored: Any, path: str, run_id: str, what: str) -> Any:
     except UnicodeDecodeError as error:
         raise JournalError(
             f"{journal_label(path, run_id)}: {what} is corrupt: its bytes are not UTF-8 text "
-            f"({error.reason} at byte {error.start}){_DAMAGED}"
+            f"({error.reason} at byte {error.start}); the file is damaged: restore it from a "
+            "backup, or move it aside to start a new journal"
         ) from error
     try:
         return json.loads(text)
