@@ -13,6 +13,7 @@ import io
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,9 @@ def tickwork(
     *arguments: str, stdin: str | None = None, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m tickwork.cli`` with ``arguments``; never raises on a bad status."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+    # src first: the command under test is this checkout's, not an installed tickwork.
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
     env.pop("NO_COLOR", None)
     return subprocess.run(
         [sys.executable, "-m", "tickwork.cli", *arguments],
@@ -350,6 +353,17 @@ def test_draw_without_output_prints_mermaid_for_an_instance_too() -> None:
             2,
             "no journal at 'does-not-exist.db'",
         ),
+        (
+            ("runs", "list", "--journal", "."),
+            2,
+            "journal '.' is a directory; give the path of a file, e.g. 'runs.db'",
+        ),
+        (
+            ("run", f"{FLOWS}:Greet", "name=Ada", "--journal", "no-such-dir/runs.db"),
+            2,
+            "journal 'no-such-dir/runs.db': the directory 'no-such-dir' does not exist; create "
+            "it first or choose another path",
+        ),
     ],
     ids=[
         "module-not-found",
@@ -363,6 +377,8 @@ def test_draw_without_output_prints_mermaid_for_an_instance_too() -> None:
         "timeout-on-instance",
         "draw-bad-extension",
         "journal-missing",
+        "journal-is-a-directory",
+        "journal-directory-missing",
     ],
 )
 def test_usage_errors_are_one_line_with_status_2(
@@ -384,6 +400,11 @@ def test_usage_errors_are_one_line_with_status_2(
     [
         (("run", "no_such_module:Flow"), "cannot import module 'no_such_module'"),
         (("run", f"{FLOWS}:Greet", "oops"), "bad argument 'oops'"),
+        (
+            ("run", f"{FLOWS}:Greet", "name=Ada", "--journal", "/nonexistent/dir/x.db"),
+            "journal '/nonexistent/dir/x.db': the directory '/nonexistent/dir' does not exist",
+        ),
+        (("runs", "list", "--journal", "/nonexistent/dir/x.db"), "no journal at"),
     ],
 )
 def test_usage_errors_exit_the_process_with_status_2(
@@ -420,6 +441,44 @@ def test_unknown_runs_and_resume_mistakes_are_usage_errors(
     assert single_error(capsys.readouterr()) == (
         f"run {entry['run_id']!r} already finished (completed); nothing to resume"
     )
+
+
+def test_a_damaged_journal_is_one_line_with_status_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(ROOT)
+    journal = str(tmp_path / "runs.db")
+    assert main(["run", f"{FLOWS}:Greet", "name=Ada", "--journal", journal, "-q"]) == 0
+    assert main(["runs", "list", "--journal", journal, "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out.split("\n", 1)[1])  # after the result line
+    run_id = entry["run_id"]
+    # A record after the final snapshot whose bytes are not UTF-8, and the run marked as
+    # unfinished, so that both ``runs show`` and ``runs resume`` read it.
+    conn = sqlite3.connect(journal)
+    with conn:
+        (seq,) = conn.execute("SELECT seq FROM snapshots WHERE run_id = ?", (run_id,)).fetchone()
+        conn.execute("INSERT INTO records VALUES (?, ?, x'ff00')", (run_id, seq))
+        conn.execute("UPDATE runs SET status = 'running' WHERE run_id = ?", (run_id,))
+    conn.close()
+    damage = f"journal {journal!r}, run {run_id!r}: record seq {seq} is corrupt"
+    assert main(["runs", "show", run_id, "--journal", journal]) == 2
+    assert single_error(capsys.readouterr()).startswith(damage)
+    resume = ["runs", "resume", run_id, "--journal", journal, "--workflow", f"{FLOWS}:Greet"]
+    assert main(resume) == 2
+    assert single_error(capsys.readouterr()).startswith(f"cannot resume run {run_id!r}: {damage}")
+
+    # Garbage over the header: the file cannot be opened at all.
+    with open(journal, "r+b") as file:
+        file.write(b"\xde\xad\xbe\xef" * 64)
+    not_a_database = f"journal {journal!r}: opening the journal failed: file is not a database"
+    for arguments in (
+        ["runs", "list", "--journal", journal],
+        ["runs", "show", run_id, "--journal", journal],
+        resume,
+        ["run", f"{FLOWS}:Greet", "name=Ada", "--journal", journal],
+    ):
+        assert main(arguments) == 2
+        assert single_error(capsys.readouterr()).startswith(not_a_database)
 
 
 def test_resuming_with_another_workflow_or_an_instance_is_refused(

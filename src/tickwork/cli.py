@@ -24,7 +24,8 @@ stderr and reads the answer, as JSON, from stdin.
 
 Exit status: 0 on success; 1 when the run (or the workflow's own code) fails; 2 when the
 command line cannot be acted on (bad syntax, a module, attribute or run that does not
-exist, something that is not a workflow, a bad ``key=value``); 130 on Ctrl-C.  Every
+exist, something that is not a workflow, a bad ``key=value``, a journal that cannot be
+opened, read or written); 130 on Ctrl-C.  Every
 error is reported as one line on stderr, starting with ``tickwork: error:``.
 """
 
@@ -45,6 +46,7 @@ from tickwork._cli.console import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_USAGE,
     CliError,
     Console,
     one_line,
@@ -53,7 +55,9 @@ from tickwork._cli.journal_view import (
     entry_dict,
     get_entry,
     guarded,
+    journal_problem,
     open_journal,
+    open_journal_for_run,
     run_summary,
     runs_table,
     show_data,
@@ -64,7 +68,7 @@ from tickwork._cli.progress import ProgressReporter
 from tickwork.errors import WorkflowCancelledByUser, WorkflowTimeoutError
 from tickwork.events import Event, HumanResponseEvent, InputRequiredEvent, WorkflowFailedEvent
 from tickwork.handler import WorkflowHandler
-from tickwork.journal import RunEntry, SqliteJournal, resume_run
+from tickwork.journal import JournalError, RunEntry, SqliteJournal, resume_run
 from tickwork.representation.draw import draw_workflow, to_mermaid
 from tickwork.runtime.verbose import summarize
 from tickwork.workflow import Workflow
@@ -84,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as error:
         console.error(str(error))
         return error.status
+    except JournalError as error:  # one the commands did not word themselves
+        error_line = journal_problem(error)
+        console.error(str(error_line))
+        return error_line.status
     except KeyboardInterrupt:
         console.error("interrupted")
         return EXIT_INTERRUPTED
@@ -164,7 +172,7 @@ def _timeout_value(text: str) -> float | None:
 def _command_run(args: argparse.Namespace, console: Console) -> int:
     start_fields = parse_assignments(args.assignments)
     target = load_target(args.target)
-    store = SqliteJournal(args.journal) if args.journal else None
+    store = open_journal_for_run(args.journal) if args.journal else None
     options = _run_options(args, store)
     workflow = workflow_instance(args.target, target, options)
     try:
@@ -188,7 +196,7 @@ def _command_runs_resume(args: argparse.Namespace, console: Console) -> int:
         raise CliError(f"run {entry.run_id!r} already finished ({entry.status}); nothing to resume")
     # A fresh store for the run: a store's worker-thread limiter belongs to the event loop
     # (and backend) that first used it.
-    store = SqliteJournal(args.journal)
+    store = open_journal_for_run(args.journal)
     try:
         target = load_target(args.workflow)
         if isinstance(target, Workflow):
@@ -232,6 +240,8 @@ def _run_backend(backend: str, func: Callable[..., Any], *args: Any) -> Any:
 async def _start_and_follow(workflow: Workflow, fields: dict[str, Any], console: Console) -> Any:
     try:
         handler = workflow.run(**fields)
+    except JournalError as error:
+        raise journal_problem(error) from None
     except Exception as error:
         raise CliError(
             f"cannot start {workflow.workflow_name}: {one_line(error)}", EXIT_FAILURE
@@ -242,6 +252,8 @@ async def _start_and_follow(workflow: Workflow, fields: dict[str, Any], console:
 async def _resume_and_follow(workflow: Workflow, run_id: str, console: Console) -> Any:
     try:
         handler = await resume_run(workflow, run_id)
+    except JournalError as error:
+        raise CliError(f"cannot resume run {run_id!r}: {journal_problem(error)}") from None
     except Exception as error:
         raise CliError(f"cannot resume run {run_id!r}: {one_line(error)}", EXIT_FAILURE) from None
     return await _follow(workflow, handler, console, "resumed")
@@ -268,9 +280,9 @@ async def _follow(workflow: Workflow, handler: WorkflowHandler, console: Console
         where = (
             f" in step {terminal.step_name}" if isinstance(terminal, WorkflowFailedEvent) else ""
         )
-        raise CliError(
-            f"run {handler.run_id} failed{where}: {one_line(error)}", EXIT_FAILURE
-        ) from None
+        # The journal failing (a full disk, a damaged file) is not the workflow's failure.
+        status = EXIT_USAGE if isinstance(error, JournalError) else EXIT_FAILURE
+        raise CliError(f"run {handler.run_id} failed{where}: {one_line(error)}", status) from None
     console.progress("run", f"{handler.run_id} completed in {time.monotonic() - began:.2f}s")
     return result
 

@@ -102,12 +102,26 @@ def _unique_subclass(
 
 
 def _check_journal(journal: Any) -> Any:
-    if journal is None or isinstance(journal, (bool, JournalStore)):
-        return bool(journal) if journal is None else journal
+    """The ``journal`` option as stored: a bool or a store whose ``check()`` passed."""
+    if journal is None or isinstance(journal, bool):
+        return bool(journal)
+    if isinstance(journal, JournalStore):
+        _probe_journal(journal)
+        return journal
     raise WorkflowConfigurationError(
         f"Workflow(journal={journal!r}): journal must be True, False or a journal store "
         "(e.g. tickwork.journal.SqliteJournal('runs.db'))"
     )
+
+
+def _probe_journal(journal: Any) -> None:
+    """Call the store's optional synchronous ``check()``: a store that cannot be used
+    (a bad path, a damaged file) raises ``JournalError`` here, not inside a run."""
+    if isinstance(journal, bool):
+        return
+    probe = getattr(journal, "check", None)
+    if callable(probe):
+        probe()
 
 
 def _describe_argument(value: Any) -> str:
@@ -379,7 +393,9 @@ class Workflow(metaclass=WorkflowMeta):
         Every argument is checked before the event loop is looked for, so a bad argument
         raises its own error (``ValueError``, ``WorkflowRuntimeError``,
         ``ContextStateError``, ...) even when no loop is running; only a call whose
-        arguments are all valid raises ``RuntimeError`` for the missing loop.
+        arguments are all valid raises ``RuntimeError`` for the missing loop.  A journal
+        store that cannot be used (its directory was removed, its file is damaged)
+        raises ``JournalError`` here too, before the run starts.
         """
         _check_run_arguments(ctx, start_event)
         run_id = kwargs.pop("run_id", None)
@@ -401,6 +417,7 @@ class Workflow(metaclass=WorkflowMeta):
         """
         self._locked = True
         config = self._prepare_run()
+        _probe_journal(self._journal)
         if options is not None and "timeout" in options and options["timeout"] != config.timeout:
             config = dataclasses.replace(config, timeout=options["timeout"])
         run_id = run_id or _new_run_id()

@@ -19,7 +19,9 @@ __all__ = [
     "entry_dict",
     "get_entry",
     "guarded",
+    "journal_problem",
     "open_journal",
+    "open_journal_for_run",
     "run_summary",
     "runs_table",
     "show_data",
@@ -28,11 +30,31 @@ __all__ = [
 ]
 
 
+def journal_problem(error: JournalError) -> CliError:
+    """The usage error (status 2) for a journal that cannot be used; the store's message
+    already names the path, the run and the seq."""
+    return CliError(" ".join(str(error).split()))
+
+
 def open_journal(path: str) -> SqliteJournal:
     """The journal at ``path``, which must exist (opening would create an empty one)."""
-    if not Path(path).is_file():
+    if not Path(path).exists():
         raise CliError(f"no journal at {path!r}")
-    return SqliteJournal(path)
+    try:
+        return SqliteJournal(path)  # a directory, an unreadable file... is refused here
+    except JournalError as error:
+        raise journal_problem(error) from None
+
+
+def open_journal_for_run(path: str) -> SqliteJournal:
+    """The journal at ``path`` for ``run --journal``, opened (and created) now, so a path
+    that cannot hold one fails before the workflow is built."""
+    try:
+        store = SqliteJournal(path)
+        store.check()
+    except JournalError as error:
+        raise journal_problem(error) from None
+    return store
 
 
 def runs_table(entries: list[RunEntry]) -> str:
@@ -59,9 +81,12 @@ def run_summary(
 
 
 async def guarded(call: Callable[[], Any], path: str) -> Any:
+    """``await call()``, with a journal that cannot be read reported as a usage error."""
     try:
         return await call()
-    except (sqlite3.Error, JournalError) as error:
+    except JournalError as error:
+        raise journal_problem(error) from None
+    except sqlite3.Error as error:  # a store always wraps these; kept for safety
         raise CliError(f"cannot read journal {path!r}: {one_line(error)}") from None
 
 

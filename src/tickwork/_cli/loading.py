@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from tickwork._cli.console import EXIT_FAILURE, CliError, one_line
+from tickwork._cli.journal_view import journal_problem
+from tickwork.journal import JournalError
 from tickwork.workflow import Workflow
 
 __all__ = ["load_target", "parse_assignments", "workflow_instance"]
@@ -111,6 +113,8 @@ def workflow_instance(spec: str, target: Any, options: dict[str, Any]) -> Workfl
         return target
     try:
         workflow: Workflow = target(**options)
+    except JournalError as error:  # its journal store cannot be used: a usage error
+        raise journal_problem(error) from None
     except Exception as error:
         raise CliError(f"cannot create {spec}: {one_line(error)}", EXIT_FAILURE) from None
     return workflow

@@ -16,6 +16,7 @@ from typing import Any
 
 from tickwork.context.context import Context
 from tickwork.context.state_store import InMemoryStateStore, apply_state_patch
+from tickwork.errors import ContextSerdeError
 from tickwork.handler import WorkflowHandler
 from tickwork.runtime.control_loop.reduce import reduce
 from tickwork.runtime.types.evolve import evolve
@@ -51,38 +52,62 @@ def _store_of(workflow: Any) -> JournalStore:
     return journal_store
 
 
+def _label(store: Any, run_id: str) -> str:
+    """``journal '<path>', run '<id>'`` (the path when the store has one, as SQLite's does)."""
+    path = getattr(store, "path", None)
+    return f"journal {path!r}, run {run_id!r}" if isinstance(path, str) else f"run {run_id!r}"
+
+
 async def load_run(workflow: Any, run_id: str) -> Context[Any]:
     """A pre-run Context holding the journaled run ``run_id`` as it was when last written.
 
-    Raises ``JournalError`` naming the run (and seq) when the journal is missing, has a
-    gap or holds a corrupt record.  Nothing stored is changed.
+    Raises ``JournalError`` naming the run, the seq and the store's path when the journal
+    is missing, has a gap, or holds a record, snapshot or state patch that cannot be
+    loaded.  Nothing stored is changed.
     """
     store = _store_of(workflow)
     found = await store.read_snapshot(run_id)
     if found is None:
-        raise JournalError(f"the journal has no snapshot for run {run_id!r}")
+        raise JournalError(f"{_label(store, run_id)}: the journal has no snapshot for the run")
     seq, snapshot = found
-    ctx: Context[Any] = Context.from_dict(workflow, snapshot)
+    try:
+        ctx: Context[Any] = Context.from_dict(workflow, snapshot)
+    except ContextSerdeError as error:
+        raise JournalError(
+            f"{_label(store, run_id)}: the snapshot at seq {seq} cannot be loaded: {error}"
+        ) from error
     state = ctx._current_run_state()
     serializer = ctx._serializer
     async for record in store.read(run_id, seq):
         if record.seq != state.journal_seq:
             raise JournalError(
-                f"run {run_id!r}: expected seq {state.journal_seq}, found seq {record.seq}"
+                f"{_label(store, run_id)}: expected seq {state.journal_seq}, found seq {record.seq}"
             )
         try:
             tick = decode_tick(record.data, serializer)
         except Exception as error:
             raise JournalError(
-                f"run {run_id!r}: record seq {record.seq} is corrupt: {error}"
+                f"{_label(store, run_id)}: record seq {record.seq} is corrupt: {error}"
             ) from error
         state, _ = reduce(state, tick)
     section = snapshot.get("state")
     patches = await store.read_state_patches(run_id, seq)
     if section is not None and patches:
         for patch in patches:
-            section = apply_state_patch(section, patch.patch)
-        ctx._staging_store = InMemoryStateStore.from_dict(section, serializer)
+            try:
+                section = apply_state_patch(section, patch.patch)
+            except Exception as error:
+                raise JournalError(
+                    f"{_label(store, run_id)}: the state patch after seq {patch.after_seq} "
+                    f"does not apply: {error}"
+                ) from error
+        try:
+            ctx._staging_store = InMemoryStateStore.from_dict(section, serializer)
+        except Exception as error:
+            raise JournalError(
+                f"{_label(store, run_id)}: the state store after the patches up to seq "
+                f"{patches[-1].after_seq} cannot be loaded: {error}"
+            ) from error
         ctx._staging_store._bind_serializer(serializer)
     entry = await store.get_run(run_id)
     if entry is not None and entry.elapsed_alive > state.elapsed_alive:

@@ -46,6 +46,9 @@ class InMemoryJournal:
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
 
+    def check(self) -> None:
+        """Nothing can be wrong with memory: a no-op (see ``JournalStore``)."""
+
     def _run(self, run_id: str) -> _Run:
         run = self._runs.get(run_id)
         if run is None:

@@ -5,6 +5,10 @@ a capacity limiter of one, so the event loop never blocks on the disk.  Commits 
 durable (``synchronous=FULL``: the WAL is fsync'd on every commit) and one ``append``
 is one transaction, so a batch of ticks is either fully there after a crash or not at
 all.
+
+Nothing ``sqlite3`` raises leaves the store as such: a path that cannot hold a journal,
+a file that cannot be opened, a damaged page or a stored value that does not decode is a
+``JournalError`` naming the file, the run and the seq where known (``sqlite_checks``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,13 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
+from tickwork.stores.sqlite_checks import (
+    check_journal_path,
+    decode_stored_json,
+    journal_label,
+    json_kind,
+    sqlite_failure,
+)
 from tickwork.stores.store import JournalError, RunEntry, RunStatus, StatePatch
 from tickwork.types import JournalRecord
 
@@ -94,19 +105,33 @@ def _migrate(conn: sqlite3.Connection) -> None:
     conn.execute("COMMIT")
 
 
-def _fetch_records(conn: sqlite3.Connection, *, run_id: str, start: int) -> list[tuple[int, str]]:
-    rows: list[tuple[int, str]] = conn.execute(
-        "SELECT seq, data FROM records WHERE run_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
-        (run_id, start, _READ_BATCH),
+# The read paths fetch ``data`` as bytes and decode it themselves, so that text which is
+# not UTF-8 is reported with the seq of its row (sqlite3 would fail the whole fetch).
+
+
+def _fetch_records(
+    conn: sqlite3.Connection, *, run_id: str, start: int, limit: int
+) -> list[tuple[int, bytes]]:
+    rows: list[tuple[int, bytes]] = conn.execute(
+        "SELECT seq, CAST(data AS BLOB) FROM records WHERE run_id = ? AND seq >= ? "
+        "ORDER BY seq LIMIT ?",
+        (run_id, start, limit),
     ).fetchall()
     return rows
 
 
 class SqliteJournal:
-    """A journal store in one SQLite file, e.g. ``SqliteJournal("runs.db")``."""
+    """A journal store in one SQLite file, e.g. ``SqliteJournal("runs.db")``.
+
+    The constructor checks the path cheaply (its directory exists and is writable; the
+    path, when it exists, is a readable and writable regular file) and raises
+    ``JournalError`` naming it; the file itself is opened (and created) by
+    :meth:`check` or the first call.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
+        check_journal_path(self.path)
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._limiter: anyio.CapacityLimiter | None = None
@@ -117,31 +142,68 @@ class SqliteJournal:
     # -- plumbing -------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
+        """The connection, opened (with the schema created) on first use; hold the lock."""
         if self._conn is None:
-            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.executescript(_SCHEMA)
-            _migrate(conn)
+            # Again: the directory may have gone since the constructor looked.
+            check_journal_path(self.path)
+            try:
+                conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            except sqlite3.Error as error:
+                raise sqlite_failure(error, self.path, "opening the file") from error
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.executescript(_SCHEMA)
+                _migrate(conn)
+            except sqlite3.Error as error:
+                conn.close()
+                raise sqlite_failure(error, self.path, "opening the journal") from error
             self._conn = conn
         return self._conn
 
-    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def check(self) -> None:
+        """Open the journal now, creating the file and its tables if needed.
+
+        Synchronous and cheap once the journal is open (``Workflow(journal=store)`` and
+        ``run()`` call it, so a bad path fails there, not inside a running workflow).
+        Raises ``JournalError`` naming the path, with the ``sqlite3`` error as its cause.
+        """
+        if self._conn is not None:  # unlocked: a call on a worker thread may hold the lock
+            return
+        with self._lock:
+            self._connect()
+
+    async def _call(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        run_id: str | None = None,
+        action: str = "a journal call",
+    ) -> T:
+        """Run ``fn(connection)`` on a worker thread; an ``sqlite3`` error becomes a
+        ``JournalError`` naming the path, ``run_id`` (if given) and ``action``."""
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(1)
 
         def run() -> T:
             with self._lock:
-                return fn(self._connect())
+                conn = self._connect()
+                try:
+                    return fn(conn)
+                except sqlite3.Error as error:
+                    raise sqlite_failure(error, self.path, action, run_id) from error
 
         return await anyio.to_thread.run_sync(run, limiter=self._limiter)
 
     def close(self) -> None:
         """Close the connection (a new call reopens it)."""
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                try:
+                    conn.close()
+                except sqlite3.Error as error:
+                    raise sqlite_failure(error, self.path, "closing the file") from error
 
     @staticmethod
     def _require_run(conn: sqlite3.Connection, run_id: str) -> None:
@@ -190,12 +252,18 @@ class SqliteJournal:
 
             self._transaction(conn, body)
 
-        self._call_blocking(write)
+        self._call_blocking(write, run_id=run_id, action="registering the run")
 
-    def _call_blocking(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` on the calling thread (for the synchronous ``register_run``)."""
+    def _call_blocking(
+        self, fn: Callable[[sqlite3.Connection], T], *, run_id: str, action: str
+    ) -> T:
+        """Like :meth:`_call`, on the calling thread (the synchronous ``register_run``)."""
         with self._lock:
-            return fn(self._connect())
+            conn = self._connect()
+            try:
+                return fn(conn)
+            except sqlite3.Error as error:
+                raise sqlite_failure(error, self.path, action, run_id) from error
 
     async def record_alive_time(self, run_id: str, elapsed_alive: float) -> None:
         now = time.time()
@@ -207,7 +275,7 @@ class SqliteJournal:
                 (elapsed_alive, now, run_id),
             )
 
-        await self._call(write)
+        await self._call(write, run_id=run_id, action="recording the alive time")
 
     async def append(
         self,
@@ -249,7 +317,7 @@ class SqliteJournal:
 
             self._transaction(conn, body)
 
-        await self._call(write)
+        await self._call(write, run_id=run_id, action="appending records")
 
     @staticmethod
     def _replace_snapshot(conn: sqlite3.Connection, run_id: str, seq: int, text: str) -> None:
@@ -267,75 +335,96 @@ class SqliteJournal:
 
             self._transaction(conn, body)
 
-        await self._call(write)
+        await self._call(write, run_id=run_id, action="writing a snapshot")
 
     async def mark_finished(self, run_id: str, status: RunStatus) -> None:
         def write(conn: sqlite3.Connection) -> None:
             self._require_run(conn, run_id)
             conn.execute("UPDATE runs SET status = ? WHERE run_id = ?", (status, run_id))
 
-        await self._call(write)
+        await self._call(write, run_id=run_id, action="recording the run's outcome")
 
     # -- reads ---------------------------------------------------------------------------
 
     async def read(self, run_id: str, from_seq: int = 0) -> AsyncIterator[JournalRecord]:
+        label = journal_label(self.path, run_id)
         expected = from_seq
+        limit = _READ_BATCH
         while True:
-            rows = await self._call(
-                functools.partial(_fetch_records, run_id=run_id, start=expected)
-            )
+            try:
+                rows = await self._call(
+                    functools.partial(_fetch_records, run_id=run_id, start=expected, limit=limit),
+                    run_id=run_id,
+                    action=f"reading record seq {expected}"
+                    if limit == 1
+                    else f"reading the records from seq {expected} on",
+                )
+            except JournalError as error:
+                if limit == 1 or not isinstance(error.__cause__, sqlite3.Error):
+                    raise
+                # A damaged page fails the whole batch: read on one record at a time, so
+                # the records before the damage are still delivered and the error names
+                # the first seq that cannot be read.
+                limit = 1
+                continue
             if not rows:
                 return
-            for seq, text in rows:
+            for seq, stored in rows:
                 if seq != expected:
                     raise JournalError(
-                        f"run {run_id!r}: journal gap, expected seq {expected}, found seq {seq}"
+                        f"{label}: journal gap, expected seq {expected}, found seq {seq}"
                     )
-                try:
-                    data = json.loads(text)
-                except ValueError as error:
-                    raise JournalError(
-                        f"run {run_id!r}: record seq {seq} is corrupt ({error})"
-                    ) from error
+                data = decode_stored_json(stored, self.path, run_id, f"record seq {seq}")
                 if not isinstance(data, dict) or "type" not in data:
-                    raise JournalError(f"run {run_id!r}: record seq {seq} is not a tick record")
+                    raise JournalError(
+                        f"{label}: record seq {seq} is not a tick record "
+                        f"(expected a JSON object with a 'type', found {json_kind(data)})"
+                    )
                 yield JournalRecord(seq=seq, data=data)
                 expected += 1
 
     async def read_state_patches(self, run_id: str, from_seq: int = 0) -> list[StatePatch]:
-        def fetch(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+        def fetch(conn: sqlite3.Connection) -> list[tuple[int, bytes]]:
             return conn.execute(
-                "SELECT after_seq, data FROM state_patches WHERE run_id = ? AND after_seq >= ? "
-                "ORDER BY after_seq",
+                "SELECT after_seq, CAST(data AS BLOB) FROM state_patches "
+                "WHERE run_id = ? AND after_seq >= ? ORDER BY after_seq",
                 (run_id, from_seq),
             ).fetchall()
 
+        rows = await self._call(
+            fetch, run_id=run_id, action=f"reading the state patches from seq {from_seq} on"
+        )
         out: list[StatePatch] = []
-        for after_seq, text in await self._call(fetch):
-            try:
-                out.append(StatePatch(after_seq, json.loads(text)))
-            except ValueError as error:
+        for after_seq, stored in rows:
+            what = f"the state patch after seq {after_seq}"
+            patch = decode_stored_json(stored, self.path, run_id, what)
+            if not isinstance(patch, list) or not all(isinstance(op, dict) for op in patch):
                 raise JournalError(
-                    f"run {run_id!r}: state patch after seq {after_seq} is corrupt ({error})"
-                ) from error
+                    f"{journal_label(self.path, run_id)}: {what} is not a JSON patch (expected "
+                    f"an array of operation objects, found {json_kind(patch)})"
+                )
+            out.append(StatePatch(after_seq, patch))
         return out
 
     async def read_snapshot(self, run_id: str) -> tuple[int, dict[str, Any]] | None:
-        def fetch(conn: sqlite3.Connection) -> tuple[int, str] | None:
-            row: tuple[int, str] | None = conn.execute(
-                "SELECT seq, data FROM snapshots WHERE run_id = ?", (run_id,)
+        def fetch(conn: sqlite3.Connection) -> tuple[int, bytes] | None:
+            row: tuple[int, bytes] | None = conn.execute(
+                "SELECT seq, CAST(data AS BLOB) FROM snapshots WHERE run_id = ?", (run_id,)
             ).fetchone()
             return row
 
-        row = await self._call(fetch)
+        row = await self._call(fetch, run_id=run_id, action="reading the snapshot")
         if row is None:
             return None
-        try:
-            return row[0], json.loads(row[1])
-        except ValueError as error:
+        seq, stored = row
+        what = f"the snapshot at seq {seq}"
+        snapshot = decode_stored_json(stored, self.path, run_id, what)
+        if not isinstance(snapshot, dict):
             raise JournalError(
-                f"run {run_id!r}: the snapshot at seq {row[0]} is corrupt ({error})"
-            ) from error
+                f"{journal_label(self.path, run_id)}: {what} is not a snapshot (expected a "
+                f"JSON object, found {json_kind(snapshot)})"
+            )
+        return seq, snapshot
 
     async def _entries(self, where: str, args: tuple[Any, ...]) -> list[RunEntry]:
         def fetch(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:

@@ -26,9 +26,12 @@ RunStatus = Literal["running", "completed", "failed", "timed_out", "cancelled"]
 
 
 class JournalError(Exception):
-    """A journal cannot be read or written: a gap, a corrupt record, an unknown run.
+    """A journal cannot be read or written: a gap, a corrupt record, an unknown run, a
+    path that cannot hold a journal, a damaged file.
 
-    The message names the run id and, where it applies, the sequence number.
+    The message names the store (a SQLite journal's path), the run id when the problem
+    is about one run and, where it applies, the sequence number; an error of the
+    underlying database is kept as ``__cause__``.
     """
 
 
@@ -64,7 +67,14 @@ class StatePatch:
 
 @runtime_checkable
 class JournalStore(Protocol):
-    """A durable home for run journals.  All methods are async (anyio-friendly)."""
+    """A durable home for run journals.  All methods are async (anyio-friendly).
+
+    A store may also define a synchronous ``check()`` (not part of the protocol, so
+    stores without one still qualify): ``Workflow(journal=store)`` and ``run()`` call it,
+    and it raises ``JournalError`` when the store cannot be used (a bad path, a file that
+    cannot be opened), so that the problem surfaces there and not inside a running
+    workflow.  It should be cheap once the store is known to work.
+    """
 
     def register_run(
         self,
