@@ -69,7 +69,7 @@ async def read_all(store: SqliteJournal, run_id: str, seen: list[int] | None = N
 
 async def five_records(path: Path) -> SqliteJournal:
     store = SqliteJournal(path)
-    await store.begin_run("bad", "wf", {"journal_seq": 0})
+    store.register_run("bad", "wf", {"journal_seq": 0})
     await store.append("bad", [rec(i) for i in range(5)])
     await store.append("bad", [], StatePatch(4, [{"op": "add", "path": "/a", "value": 1}]))
     store.close()
@@ -192,9 +192,10 @@ async def test_a_truncated_snapshot_fails_read_load_and_recover_naming_the_path(
     with pytest.raises(JournalError) as info:
         await load_run(Tally(timeout=TIMEOUT, journal=store), "cut")
     assert_names(info.value, path, "'cut'", f"seq {seq}")
-    with pytest.raises(JournalError) as info:
-        await recover_runs(Tally(timeout=TIMEOUT, journal=store))
-    assert_names(info.value, path, "'cut'", f"seq {seq}")
+    # recover_runs reports the run it cannot resume (issue #12 item 2).
+    result = await recover_runs(Tally(timeout=TIMEOUT, journal=store))
+    assert isinstance(result.failed["cut"], JournalError)
+    assert_names(result.failed["cut"], path, "'cut'", f"seq {seq}")
     store.close()
 
 
@@ -210,9 +211,10 @@ async def test_a_snapshot_that_is_json_but_no_snapshot_fails_recovery(
     path = tmp_path / "odd.db"
     store = await finished_tally(path, "odd")
     sql(path, "UPDATE snapshots SET data = ?", stored)
-    with pytest.raises(JournalError) as info:
-        await recover_runs(Tally(timeout=TIMEOUT, journal=store))
-    assert_names(info.value, path, "'odd'", expected)
+    result = await recover_runs(Tally(timeout=TIMEOUT, journal=store))
+    assert dict(result) == {}
+    assert isinstance(result.failed["odd"], JournalError)
+    assert_names(result.failed["odd"], path, "'odd'", expected)
     store.close()
 
 
@@ -222,7 +224,7 @@ async def test_a_snapshot_that_is_json_but_no_snapshot_fails_recovery(
 async def big_journal(path: Path) -> int:
     """A journal of 4000 padded records, checkpointed into the main file; its page count."""
     store = SqliteJournal(path)
-    await store.begin_run("big", "wf", {"journal_seq": 0})
+    store.register_run("big", "wf", {"journal_seq": 0})
     for start in range(0, 4000, 500):
         await store.append("big", [rec(seq, pad=200) for seq in range(start, start + 500)])
     store.close()
