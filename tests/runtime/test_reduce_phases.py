@@ -1070,6 +1070,21 @@ def test_an_input_required_event_nobody_takes_is_neither_kept_nor_reported() -> 
     assert not kit.state.holdings.unclaimed
 
 
+def test_a_returned_question_is_remembered_until_the_caller_sends() -> None:
+    """The questions a run waiting for a human was asked survive in its state (the
+    command line shows them on resume), until the caller sends an event."""
+    kit = ReducerKit(AskFlow())
+    kit.start()
+    (begin,) = kit.running("begin")
+    kit.complete(begin, Ask(n=1))
+    assert kit.state.holdings.questions == (Ask(n=1),)
+    (triage,) = kit.running("triage")
+    kit.send_from(triage, 0, Orphan(n=1))  # a step's send is no answer
+    assert kit.state.holdings.questions == (Ask(n=1),)
+    kit.send(Reply(n=1))
+    assert kit.state.holdings.questions == ()
+
+
 def test_a_new_suspension_of_a_work_item_drops_its_other_pending_waiter() -> None:
     """A body suspends at its first unresolved wait: a pending waiter the new pass did not
     ask for again (changed code, or a new implicit id) must not hold the item back."""

@@ -447,6 +447,7 @@ class _Encoder:
                 for h in holdings.held
             ],
             "dropped": list(holdings.dropped),
+            "questions": [self.event(q) for q in holdings.questions],
         }
 
     def snapshot(self, frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any]:

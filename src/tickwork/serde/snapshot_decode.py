@@ -196,8 +196,15 @@ class _Decoder:
                 for h in data.get("held") or ()
             ),
             dropped=tuple(str(d) for d in data.get("dropped") or ()),
+            questions=tuple(self.event(q) for q in data.get("questions") or ()),
         )
-        if not (holdings.unclaimed or blind.size or holdings.held or holdings.dropped):
+        if not (
+            holdings.unclaimed
+            or blind.size
+            or holdings.held
+            or holdings.dropped
+            or holdings.questions
+        ):
             return NO_HOLDINGS
         return holdings
 

@@ -37,6 +37,9 @@ from tickwork.runtime.types.state import (
 
 __all__ = [
     "DROPPED_KEPT",
+    "QUESTIONS_KEPT",
+    "forget_questions",
+    "remember_question",
     "take_releasable",
     "add_blind",
     "blocks",
@@ -59,6 +62,7 @@ def _normalized(holdings: Holdings) -> Holdings:
         and holdings.blind.size == 0
         and not holdings.held
         and not holdings.dropped
+        and not holdings.questions
     ):
         return NO_HOLDINGS
     return holdings
@@ -102,6 +106,23 @@ def drop_unclaimed(tx: Tx) -> None:
     tx.holdings = _normalized(
         replace(holdings, unclaimed=PList(), dropped=tuple(dropped[-DROPPED_KEPT:]))
     )
+
+
+QUESTIONS_KEPT = 16
+"""How many unanswered questions a run remembers (the latest ones)."""
+
+
+def remember_question(tx: Tx, question: Any) -> None:
+    """A step returned an ``InputRequiredEvent``: remember it until the caller sends."""
+    holdings = tx.holdings
+    questions = (*holdings.questions, question)[-QUESTIONS_KEPT:]
+    tx.holdings = replace(holdings, questions=questions)
+
+
+def forget_questions(tx: Tx) -> None:
+    """The caller sent an event: the questions asked before are answered (or moot)."""
+    if tx.holdings.questions:
+        tx.holdings = _normalized(replace(tx.holdings, questions=()))
 
 
 def describe_dropped(holdings: Holdings) -> str:

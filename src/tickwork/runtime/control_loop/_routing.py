@@ -17,6 +17,7 @@ from tickwork.runtime.control_loop._holding import (
     blocks,
     hold_back,
     keep_unclaimed,
+    remember_question,
     take_releasable,
 )
 from tickwork.runtime.control_loop._tx import (
@@ -293,6 +294,7 @@ def emit_events(
     for event in events:
         if isinstance(event, InputRequiredEvent):
             tx.emit(PublishEvent(event))
+            remember_question(tx, event)
     for event in events:
         opened += deliver_event(tx, event, None, recovery_counts, scope_path, producer)
         if not tx.live:
@@ -304,6 +306,7 @@ def emit_event(tx: Tx, event: Any, source: WorkItem) -> int:
     """:func:`emit_events` for the one event a step returned (the usual case)."""
     if isinstance(event, InputRequiredEvent):
         tx.emit(PublishEvent(event))
+        remember_question(tx, event)
     return deliver_event(tx, event, None, source.recovery_counts, source.scope_path, source.step)
 
 

@@ -23,7 +23,11 @@ from tickwork.events import (
     WorkflowIdleEvent,
     WorkflowTimedOutEvent,
 )
-from tickwork.runtime.control_loop._holding import describe_dropped, drop_unclaimed
+from tickwork.runtime.control_loop._holding import (
+    describe_dropped,
+    drop_unclaimed,
+    forget_questions,
+)
 from tickwork.runtime.control_loop._routing import (
     claim_emission,
     close_finished_streams,
@@ -270,6 +274,8 @@ def _process_add_event(tx: Tx, tick: AddEvent) -> None:
     """An event enters the run: claim its key, resolve waiters, route, report unhandled."""
     if not tx.live or not claim_emission(tx, tick):
         return
+    if tick.source_step is None and tx.holdings.questions:
+        forget_questions(tx)  # the caller answered (or moved on)
     deliver_event(tx, tick.event, tick.target_step, tick.recovery_counts, (), tick.source_step)
 
 

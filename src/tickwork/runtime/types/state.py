@@ -370,15 +370,20 @@ class HeldEvent:
 
 @dataclass(frozen=True, slots=True)
 class Holdings:
-    """Events kept for waiters that are not registered (or not known) yet.
+    """Events a run keeps beyond routing them.
 
-    ``dropped`` describes the last events dropped unclaimed (for the timeout message).
+    ``unclaimed`` and ``held`` wait for waiters that are not registered (or not known)
+    yet; ``dropped`` describes the last events dropped unclaimed (for the timeout
+    message); ``questions`` are the ``InputRequiredEvent``s steps returned since the
+    caller last sent an event: what a run waiting for a human was asked (the command
+    line shows them when it resumes the run).
     """
 
     unclaimed: PList[UnclaimedEvent] = _EMPTY_LIST
     blind: PMap[tuple[str, str], Waiter] = _EMPTY_MAP
     held: PList[HeldEvent] = _EMPTY_LIST
     dropped: tuple[str, ...] = ()
+    questions: tuple[Any, ...] = ()
 
 
 NO_HOLDINGS = Holdings()
