@@ -648,3 +648,25 @@ async def test_recovery_after_a_compacting_snapshot_keeps_the_tail(
     with anyio.fail_after(10):
         assert await recovered == (LongFlow.HOPS, "yes")
     assert wf.hops_run == 1  # only the waiting hop's pass that receives the answer
+
+
+async def test_one_run_that_cannot_be_recovered_never_blocks_the_others(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue #12: recover_runs resumes every run it can and reports each one it cannot."""
+    path = tmp_path / "runs.db"
+    wf = AskFlow(timeout=TIMEOUT, journal=SqliteJournal(path))
+    for run_id in ("bad", "good"):
+        handler = wf.run(run_id=run_id)
+        await wait_for_ask(handler)
+        await hard_abort(handler)
+    wf._journal.close()
+    _sql(path, "UPDATE snapshots SET data = '{\"version\": 999}' WHERE run_id = 'bad'")
+    store = SqliteJournal(path)
+    result = await recover_runs(AskFlow(timeout=TIMEOUT, journal=store))
+    assert set(result) == {"good"} and set(result.failed) == {"bad"}
+    assert "'bad'" in str(result.failed["bad"]) and "999" in str(result.failed["bad"])
+    assert any("bad" in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+    await result["good"].send_event(Reply(text="Ada"))
+    assert await result["good"] == "hello Ada"
+    store.close()
