@@ -230,7 +230,10 @@ class SqliteJournal:
         *,
         start_event: Any = None,
         options: Mapping[str, Any] | None = None,
-    ) -> None:
+        owner: str | None = None,
+        lease_seconds: float = 30.0,
+        lease: Any = None,
+    ) -> Any:
         seq = int(snapshot.get("journal_seq", 0))
         text = json.dumps(snapshot)
         event_text = None if start_event is None else json.dumps(start_event)
