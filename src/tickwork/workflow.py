@@ -38,6 +38,7 @@ from tickwork.runtime.step_worker import StepInvokers
 from tickwork.runtime.types.state import RunConfig
 from tickwork.runtime.verbose import VerbosePrinter, choose_sink
 from tickwork.serde.serializers import BaseSerializer
+from tickwork.stores.records import Lease
 from tickwork.stores.store import JournalStore
 
 __all__ = ["Workflow", "WorkflowMeta"]
@@ -408,12 +409,14 @@ class Workflow(metaclass=WorkflowMeta):
         kwargs: dict[str, Any],
         run_id: str | None,
         options: Mapping[str, Any] | None,
+        lease: Lease | None = None,
     ) -> WorkflowHandler:
         """Start (or resume) a run; ``options`` are a journaled run's stored options.
 
         A resumed run keeps its original options: its ``timeout`` replaces the
         instance's for that run.  A journaled run is registered in its store, start
-        event and options included, before the handler is returned.
+        event and options included, before the handler is returned, and owned by this
+        process: through ``lease`` (a claim's) or a lease it takes.
         """
         self._locked = True
         config = self._prepare_run()
@@ -454,7 +457,7 @@ class Workflow(metaclass=WorkflowMeta):
             journal_store=None if isinstance(self._journal, bool) else self._journal,
             serializer=ctx._serializer,
         )
-        session.register(None if resumable is not None else {"timeout": config.timeout})
+        session.register(None if resumable is not None else {"timeout": config.timeout}, lease)
         ctx._bind_run(session)
         _LIVE_RUNS[run_id] = session
         session.start()

@@ -174,9 +174,9 @@ def capture_live_states() -> Iterator[dict[int, Any]]:
     states: dict[int, Any] = {}
     original = RunSession.processed
 
-    def processed(self: RunSession, tick: Any, state: Any) -> None:
+    def processed(self: RunSession, tick: Any, state: Any, commands: Any) -> None:
         states[state.journal_seq - 1] = state
-        original(self, tick, state)
+        original(self, tick, state, commands)
 
     RunSession.processed = processed  # type: ignore[method-assign]
     try:

@@ -21,6 +21,8 @@ from tickwork.handler import WorkflowHandler
 from tickwork.runtime.control_loop.reduce import reduce
 from tickwork.runtime.types.evolve import evolve
 from tickwork.serde.journal_codec import decode_tick
+from tickwork.stores.leases import owner_is_dead_local_process, process_owner
+from tickwork.stores.records import Lease
 from tickwork.stores.store import JournalError, JournalStore, RunEntry
 
 __all__ = ["RecoveryResult", "load_run", "recover_runs", "resume_run"]
@@ -128,7 +130,7 @@ async def resume_run(workflow: Any, run_id: str) -> WorkflowHandler:
     return await _resume(workflow, entry)
 
 
-async def _resume(workflow: Any, entry: RunEntry) -> WorkflowHandler:
+async def _resume(workflow: Any, entry: RunEntry, lease: Lease | None = None) -> WorkflowHandler:
     ctx = await load_run(workflow, entry.run_id)
     state = ctx._current_run_state()
     start = None
@@ -138,7 +140,7 @@ async def _resume(workflow: Any, entry: RunEntry) -> WorkflowHandler:
         with serializer.validation_context():
             start = serializer.from_record(entry.start_event)
     handler: WorkflowHandler = workflow._start_run(
-        ctx, start, {}, entry.run_id, entry.options or None
+        ctx, start, {}, entry.run_id, entry.options or None, lease
     )
     return handler
 
@@ -147,8 +149,10 @@ async def recover_runs(*workflows: Any) -> RecoveryResult:
     """Resume every unfinished run of ``workflows`` (call once at start-up).
 
     Each workflow must be constructed with ``journal=<store>``; runs are matched to a
-    workflow by ``workflow_name``.  Runs that were cancelled with ``cancel_run()`` are
-    not resumed automatically (use :func:`resume_run`).  Returns a
+    workflow by ``workflow_name``.  Only runs nobody else holds are taken: unowned
+    runs, runs whose lease expired, and the runs of a process of this machine that died
+    (two processes sharing one store never both resume a run).  Runs that were cancelled
+    with ``cancel_run()`` are not resumed automatically (use :func:`resume_run`).  Returns a
     :class:`RecoveryResult`: ``{run_id: handler}`` of the resumed runs, with the runs
     that could not be resumed in ``.failed`` (logged too); one bad run never blocks the
     others.
@@ -179,10 +183,24 @@ async def recover_runs(*workflows: Any) -> RecoveryResult:
 async def _recover_one(
     workflow: Any, store: JournalStore, entry: RunEntry
 ) -> WorkflowHandler | None:
-    """Resume one unfinished run (``None``: it had in fact finished durably)."""
+    """Claim and resume one unfinished run.
+
+    ``None``: another live process owns it (only expired or unowned runs are taken;
+    the runs of a dead process of this machine are taken at once), or it had in fact
+    finished durably.
+    """
+    if entry.owner is not None and owner_is_dead_local_process(entry.owner):
+        await store.expire_owner(entry.owner)
+    claim = await store.claim_run(entry.run_id, process_owner())
+    if claim is None:
+        return None
     ctx = await load_run(workflow, entry.run_id)
     state = ctx._current_run_state()
     if state.finished and state.status != "cancelled":
-        await store.mark_finished(entry.run_id, state.status)  # type: ignore[arg-type]
+        await store.mark_finished(
+            entry.run_id,
+            state.status,  # type: ignore[arg-type]
+            lease=claim.lease,
+        )
         return None
-    return await _resume(workflow, entry)
+    return await _resume(workflow, claim.entry, claim.lease)

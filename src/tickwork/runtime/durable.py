@@ -1,13 +1,21 @@
 """Writing a run's journal to a durable store (``Workflow(journal=<store>)``).
 
 :meth:`DurableWriter.register` makes the run recoverable before ``run()`` returns: its
-starting snapshot, start event and options in one store transaction.  The runner then
-reduces a drain of ticks and awaits :meth:`DurableWriter.commit`, which writes that
-drain's records and the state-store patch accumulated with them in one store
-transaction (group commit).  A compacting snapshot (run state + state store) is written
-at registration, every ``compact_every`` records, and with the last records of a
-finished run (before its result is delivered), so recovery reads a snapshot plus a short
-tail — never the whole history — and a finished run keeps only its final snapshot.
+starting snapshot, start event and options in one store transaction, and the lease that
+makes this process its owner.  The runner then reduces a drain of ticks and awaits
+:meth:`DurableWriter.commit`, which writes, in one store transaction fenced by that
+lease (group commit):
+
+* the drain's records and the state-store patch accumulated with them;
+* the inbox items those records consumed (each external event enters the journal once);
+* the events they published, at their stream positions (so another process can follow
+  the run, and a failover never publishes an event twice);
+* the run's outcome, when the drain ended it.
+
+A compacting snapshot (run state + state store) is written at registration, every
+``compact_every`` records, and with the last records of a finished run (before its
+result is delivered), so recovery reads a snapshot plus a short tail — never the whole
+history — and a finished run keeps only its final snapshot.
 
 While a run with a time budget waits and journals nothing, :meth:`DurableWriter.heartbeat`
 records its alive time about once a second, so that a crash forgets at most that much
@@ -16,17 +24,28 @@ of it (api.md §24.2).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
 
+from tickwork._serde_fields import dump_exception
 from tickwork.errors import WorkflowRuntimeError
+from tickwork.events import InternalDispatchEvent, StopEvent
+from tickwork.runtime.types.commands import (
+    Command,
+    CompleteRun,
+    FailWorkflow,
+    Halt,
+    PublishEvent,
+    terminal_event,
+)
 from tickwork.runtime.types.state import RunState
 from tickwork.runtime.types.ticks import Tick
 from tickwork.serde.journal_codec import encode_tick
 from tickwork.serde.serializers import BaseSerializer
 from tickwork.serde.snapshot import encode_snapshot
+from tickwork.stores.records import STREAM_SLOTS, Lease, RunOutcome, StreamItem
 from tickwork.stores.store import JournalStore, RunStatus, StatePatch
 from tickwork.types import JournalRecord
 
@@ -73,11 +92,65 @@ class DurableWriter:
         self.serializer = serializer
         self.state_store = state_store
         self.compact_every = compact_every
+        self.lease: Lease | None = None
+        """The lease that makes this process the run's owner (fences every write)."""
         self._pending: list[tuple[Tick, int]] = []
+        self._published: list[StreamItem] = []
+        self._terminal: CompleteRun | FailWorkflow | Halt | None = None
         self._checkpoint: Any = None
         self._since_snapshot = 0
-        # Acknowledgements awaited by senders, by the identity of their tick.
+        # Acknowledgements awaited by senders, and inbox items turned into ticks, by the
+        # identity of their tick.
         self._acks: dict[int, tuple[Tick, Ack]] = {}
+        self._inbox: dict[int, tuple[Tick, int]] = {}
+
+    # -- registration ------------------------------------------------------------------
+
+    def register(
+        self,
+        state: RunState,
+        start_event: Any,
+        options: Mapping[str, Any] | None,
+        *,
+        owner: str | None = None,
+        lease: Lease | None = None,
+        lease_seconds: float = 30.0,
+    ) -> Lease | None:
+        """Make the run (or its new session) durable before ``run()`` returns.
+
+        A new run gives its start event and options; a resumed one gives ``None`` for
+        both and keeps what the store has.  ``owner`` takes the run over (a new lease);
+        ``lease`` is the lease of a claim.  Blocks until the store has committed.
+        """
+        record = None if start_event is None else self._start_record(start_event)
+        self.lease = self.store.register_run(
+            self.run_id,
+            self.workflow_name,
+            self._snapshot(state),
+            start_event=record,
+            options=options,
+            owner=owner,
+            lease_seconds=lease_seconds,
+            lease=lease,
+        )
+        self._since_snapshot = 0
+        return self.lease
+
+    def _start_record(self, start_event: Any) -> Any:
+        try:
+            return self.serializer.to_record(start_event)
+        except Exception as error:
+            raise WorkflowRuntimeError(
+                f"run {self.run_id}: cannot journal the start event "
+                f"{type(start_event).__name__}: {error}; use a serializer that can encode "
+                "it (e.g. PickleSerializer) or make it serializable"
+            ) from error
+
+    def _snapshot(self, state: RunState) -> dict[str, Any]:
+        self._checkpoint = self.state_store.checkpoint()
+        return encode_snapshot(state, self.serializer, self._checkpoint.to_dict())
+
+    # -- acknowledgements and inbox items ---------------------------------------------
 
     def ack_when_durable(self, tick: Tick) -> Ack:
         """An :class:`Ack` settled when ``tick`` is committed (``tick`` is not posted)."""
@@ -91,63 +164,44 @@ class DurableWriter:
         for _tick, ack in acks.values():
             ack.settle(WorkflowRuntimeError(f"run {self.run_id}: {reason}"))
 
-    def _snapshot(self, state: RunState) -> dict[str, Any]:
-        self._checkpoint = self.state_store.checkpoint()
-        return encode_snapshot(state, self.serializer, self._checkpoint.to_dict())
+    def consumes(self, tick: Tick, item_id: int) -> None:
+        """``tick`` stands for inbox item ``item_id``: consume it when it is journaled."""
+        self._inbox[id(tick)] = (tick, item_id)
 
-    def register(
-        self, state: RunState, start_event: Any, options: Mapping[str, Any] | None
-    ) -> None:
-        """Make the run (or its new session) durable before ``run()`` returns.
+    # -- recording and committing ----------------------------------------------------------
 
-        A new run gives its start event and options; a resumed one gives ``None`` for
-        both and keeps what the store has.  Blocks until the store has committed.
-        """
-        record = None if start_event is None else self._start_record(start_event)
-        self.store.register_run(
-            self.run_id,
-            self.workflow_name,
-            self._snapshot(state),
-            start_event=record,
-            options=options,
-        )
-        self._since_snapshot = 0
+    def record(self, tick: Tick, seq: int, commands: Sequence[Command]) -> None:
+        """Remember a reduced tick (and the events it publishes) until the next commit."""
+        self._pending.append((tick, seq))
+        index = 0
+        for command in commands:
+            kind = type(command)
+            if kind is PublishEvent:
+                event = command.event  # type: ignore[union-attr]
+                if isinstance(event, InternalDispatchEvent):
+                    continue
+            elif isinstance(command, (CompleteRun, FailWorkflow, Halt)):
+                self._terminal = command
+                event = terminal_event(command)
+            else:
+                continue
+            if index >= STREAM_SLOTS:
+                raise WorkflowRuntimeError(
+                    f"run {self.run_id}: record seq {seq} publishes more than {STREAM_SLOTS} events"
+                )
+            self._published.append(
+                StreamItem(StreamItem.position(seq, index), self._event_record(event))
+            )
+            index += 1
 
-    def _start_record(self, start_event: Any) -> Any:
+    def _event_record(self, event: Any) -> Any:
         try:
-            return self.serializer.to_record(start_event)
+            return self.serializer.to_record(event)
         except Exception as error:
             raise WorkflowRuntimeError(
-                f"run {self.run_id}: cannot journal the start event "
-                f"{type(start_event).__name__}: {error}; use a serializer that can encode "
-                "it (e.g. PickleSerializer) or make it serializable"
+                f"run {self.run_id}: cannot journal the published event "
+                f"{type(event).__name__}: {error}"
             ) from error
-
-    def _settle(self, batch: list[tuple[Tick, int]], error: BaseException | None) -> None:
-        if not self._acks:
-            return
-        for tick, _seq in batch:
-            waiting = self._acks.pop(id(tick), None)
-            if waiting is not None:
-                waiting[1].settle(error)
-
-    async def heartbeat(self, state: RunState, now: float) -> None:
-        """Record the alive time spent up to ``now`` (the run's last input may be old)."""
-        last = state.last_alive_stamp
-        alive = state.elapsed_alive + (max(0.0, now - last) if last is not None else 0.0)
-        await self.store.record_alive_time(self.run_id, alive)
-
-    def record(self, tick: Tick, seq: int) -> None:
-        """Remember a reduced tick until the next commit."""
-        self._pending.append((tick, seq))
-
-    def _state_patch(self, after_seq: int) -> StatePatch | None:
-        checkpoint = self.state_store.checkpoint()
-        if self._checkpoint is None or checkpoint.state is self._checkpoint.state:
-            return None
-        patch = checkpoint.diff(self._checkpoint)
-        self._checkpoint = checkpoint
-        return StatePatch(after_seq, patch) if patch else None
 
     def _encode(self, tick: Tick, seq: int) -> JournalRecord:
         try:
@@ -165,21 +219,82 @@ class DurableWriter:
                 "(e.g. PickleSerializer) or make the payload serializable"
             ) from error
 
+    def _state_patch(self, after_seq: int) -> StatePatch | None:
+        checkpoint = self.state_store.checkpoint()
+        if self._checkpoint is None or checkpoint.state is self._checkpoint.state:
+            return None
+        patch = checkpoint.diff(self._checkpoint)
+        self._checkpoint = checkpoint
+        return StatePatch(after_seq, patch) if patch else None
+
+    def _outcome(self) -> RunOutcome | None:
+        terminal = self._terminal
+        if terminal is None:
+            return None
+        if isinstance(terminal, CompleteRun):
+            stop: StopEvent = terminal.stop_event
+            return RunOutcome(result=self._event_record(stop))
+        exception = terminal.exception
+        return RunOutcome(error=dump_exception(exception) if exception is not None else None)
+
     async def commit(self, state: RunState) -> None:
-        """Write the pending records (and the state patch after them) in one transaction."""
+        """Write the pending records (and what goes with them) in one transaction."""
         if not self._pending:
             return
         batch, self._pending = self._pending, []
+        published, self._published = self._published, []
         try:
             records = [self._encode(tick, seq) for tick, seq in batch]
             patch = self._state_patch(records[-1].seq)
             final = _FINAL.get(state.status)
-            await self.store.append(self.run_id, records, patch, final)
+            await self.store.append(
+                self.run_id,
+                records,
+                patch,
+                final,
+                lease=self.lease,
+                consumed=self._consumed(batch),
+                stream=published,
+                outcome=self._outcome() if final is not None else None,
+            )
         except BaseException as error:
             self._settle(batch, error)
             raise
         self._settle(batch, None)
         self._since_snapshot += len(records)
         if final is not None or self._since_snapshot >= self.compact_every:
-            await self.store.write_snapshot(self.run_id, state.journal_seq, self._snapshot(state))
+            await self.store.write_snapshot(
+                self.run_id, state.journal_seq, self._snapshot(state), lease=self.lease
+            )
             self._since_snapshot = 0
+
+    def _consumed(self, batch: list[tuple[Tick, int]]) -> list[int]:
+        if not self._inbox:
+            return []
+        consumed = []
+        for tick, _seq in batch:
+            found = self._inbox.pop(id(tick), None)
+            if found is not None:
+                consumed.append(found[1])
+        return consumed
+
+    def _settle(self, batch: list[tuple[Tick, int]], error: BaseException | None) -> None:
+        if not self._acks:
+            return
+        for tick, _seq in batch:
+            waiting = self._acks.pop(id(tick), None)
+            if waiting is not None:
+                waiting[1].settle(error)
+
+    async def write_compacting_snapshot(self, state: RunState) -> None:
+        """A snapshot now (before the run is parked or handed back): a short journal."""
+        await self.store.write_snapshot(
+            self.run_id, state.journal_seq, self._snapshot(state), lease=self.lease
+        )
+        self._since_snapshot = 0
+
+    async def heartbeat(self, state: RunState, now: float) -> None:
+        """Record the alive time spent up to ``now`` (the run's last input may be old)."""
+        last = state.last_alive_stamp
+        alive = state.elapsed_alive + (max(0.0, now - last) if last is not None else 0.0)
+        await self.store.record_alive_time(self.run_id, alive, lease=self.lease)

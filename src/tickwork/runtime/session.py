@@ -29,12 +29,14 @@ from tickwork.events import StopEvent, WorkflowFailedEvent
 from tickwork.runtime.control_loop.runner import RunExit, control_loop, using_adapter
 from tickwork.runtime.durable import DurableWriter
 from tickwork.runtime.event_stream import EventStream
+from tickwork.runtime.ownership import Ownership
 from tickwork.runtime.run_slots import RunSlots
 from tickwork.runtime.step_worker import StepInvoker, execute_invocation
 from tickwork.runtime.tracing import StepSpan, end_run_span, start_run_span, step_span
 from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.state import Invocation, RunConfig, RunState, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
+from tickwork.stores.records import Lease, LeaseLost
 
 __all__ = ["DoneFlag", "RunSession", "detect_backend"]
 
@@ -150,6 +152,7 @@ class RunSession:
         "journal",
         "loop_thread",
         "make_step_context",
+        "ownership",
         "publish",
         "run_id",
         "run_span",
@@ -198,6 +201,9 @@ class RunSession:
                 journal_store, run_id, config.workflow_name, serializer, store
             )
         self.durable = self.writer is not None
+        self.ownership: Ownership | None = (
+            Ownership(self.writer) if self.writer is not None else None
+        )
         # Journaled runs with a time budget record their alive time while they wait.
         self.heartbeat_every: float | None = (
             HEARTBEAT_SECONDS if self.writer is not None and config.timeout is not None else None
@@ -279,6 +285,9 @@ class RunSession:
         holds) keeps the exception.
         """
         error = _unwrap(raised)
+        if isinstance(error, LeaseLost):
+            self.lose_lease(error)
+            return
         if self.exit is None and not isinstance(error, anyio.get_cancelled_exc_class()):
             _log.error("run %s crashed", self.run_id, exc_info=error)
             # Still exactly one terminal event: the stream must end with one.
@@ -300,25 +309,67 @@ class RunSession:
         finally:
             slots.release()
 
-    def register(self, options: Mapping[str, Any] | None) -> None:
+    def register(self, options: Mapping[str, Any] | None, lease: Lease | None = None) -> None:
         """Make a journaled run recoverable before ``run()`` returns its handler.
 
         A new run stores its start event and ``options`` with its starting snapshot in
-        one transaction; a resumed one (no start event) keeps what the store has.
+        one transaction; a resumed one (no start event) keeps what the store has.  The
+        run is owned by this process from then on: with ``lease`` (a claim's), or with a
+        new lease it takes (``LeaseLost`` if another live process owns the run).
         """
-        if self.writer is not None:
-            self.writer.register(self.state, self.start_event, options)
+        if self.writer is None or self.ownership is None:
+            return
+        owned = self.writer.register(
+            self.state,
+            self.start_event,
+            options,
+            owner=None if lease is not None else Ownership.local_owner(),
+            lease=lease,
+            lease_seconds=self.ownership.lease_seconds,
+        )
+        self.ownership.hold(owned, self.lose_lease)
 
     async def _drive(self) -> None:
         self.run_span = start_run_span(
             self.run_id, self.config.workflow_name, self.start_event, self.start_event is None
         )
         with using_adapter(self):
+            if self.ownership is None:
+                try:
+                    await control_loop(self.start_event, self.state, self.run_id)
+                except Exception:
+                    if self.exit is None:
+                        raise
+                return
+            await self._drive_owned(self.ownership)
+
+    async def _drive_owned(self, ownership: Ownership) -> None:
+        """The control loop of a journaled run, beside the pump of its inbox."""
+        failure: Exception | None = None
+        async with anyio.create_task_group() as group:
+            group.start_soon(ownership.pump_inbox, self.post_external, self.serializer)
             try:
                 await control_loop(self.start_event, self.state, self.run_id)
-            except Exception:
+            except Exception as error:
                 if self.exit is None:
-                    raise
+                    failure = error
+            finally:
+                group.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    def lose_lease(self, error: LeaseLost) -> None:
+        """Another worker owns the run now: stop at once, start and publish nothing.
+
+        The run is not over (its new owner continues it): ``await handler`` raises
+        ``error`` and the stream ends without a terminal event.
+        """
+        if self.exit is not None or self.done.is_set():
+            return
+        _log.warning("run %s stopped here: %s", self.run_id, error)
+        self.finish(RunExit("lost", exception=error))
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
 
     def abort(self) -> None:
         """Hard abort: cancel everything now, publish nothing more."""
@@ -348,7 +399,7 @@ class RunSession:
         returned as is: a worker task is one coroutine over the step body."""
         return execute_invocation(self, invocation, post, report, started)
 
-    def processed(self, tick: Tick, state: RunState) -> None:
+    def processed(self, tick: Tick, state: RunState, commands: list[Any]) -> None:
         """Remember the latest state; keep the journal when asked to."""
         self.state = state
         if self._verbose is not None:
@@ -357,7 +408,7 @@ class RunSession:
             self.journal.append((tick, state.journal_seq - 1))
             self._wake_journal_readers()
         if self.writer is not None:
-            self.writer.record(tick, state.journal_seq - 1)
+            self.writer.record(tick, state.journal_seq - 1, commands)
 
     async def commit(self) -> None:
         """Group-commit the last drain's ticks to the journal store."""
@@ -376,6 +427,8 @@ class RunSession:
         self.exit = run_exit
         if self.writer is not None:
             self.writer.abandon_acks("the run ended before the event was journaled")
+        if self.ownership is not None:
+            self.ownership.release()
         self._wake_journal_readers()
         end_run_span(self.run_span, run_exit.kind, run_exit.exception)
         self.run_span = None

@@ -246,9 +246,10 @@ class InMemoryJournal:
         if records:
             run.claims_without_progress = 0
         if final_status is not None:
+            # The lease ends; the owner and epoch stay, so that the owner's last writes
+            # (the final snapshot) are still fenced by its lease.
             run.status = final_status
             run.outcome = outcome
-            run.owner = None
             run.lease_until = None
         run.updated_at = time.time()
         if final_status is not None or stream:
@@ -291,7 +292,6 @@ class InMemoryJournal:
         self._fence(run_id, run, lease, "recording the outcome")
         run.status = status
         run.outcome = outcome if outcome is not None else run.outcome
-        run.owner = None
         run.lease_until = None
         run.updated_at = time.time()
         self._notify()

@@ -25,14 +25,13 @@ __all__ = [
     "RunEntry",
     "RunOutcome",
     "RunStatus",
+    "STREAM_SLOTS",
     "StatePatch",
     "StreamItem",
     "WorkerEntry",
 ]
 
-RunStatus = Literal[
-    "queued", "running", "parked", "completed", "failed", "timed_out", "cancelled"
-]
+RunStatus = Literal["queued", "running", "parked", "completed", "failed", "timed_out", "cancelled"]
 """``queued``: submitted, never claimed yet; ``running``: owned by a worker (or a process
 running it with ``Workflow.run()``); ``parked``: only waiting (waiters, timers), owned by
 nobody and held in no memory; the rest are terminal outcomes (``cancelled`` runs can
@@ -162,12 +161,27 @@ class InboxItem:
 
 @dataclass(frozen=True)
 class StreamItem:
-    """An event a run published, keyed by the seq of the journal record that published
-    it (so a re-run after a failover can never publish it twice); ``event`` is its
-    serializer record."""
+    """An event a run published; ``event`` is its serializer record.
+
+    ``seq`` is the event's position in the run's stream: ``record_seq * STREAM_SLOTS +
+    k`` for the ``k``-th event published by journal record ``record_seq``.  Positions only
+    grow, are the same whichever worker wrote them, and are written in the transaction
+    that journals the record, so a re-run after a failover can never publish an event
+    twice; a reader resumes after the last position it saw.
+    """
 
     seq: int
     event: Any
+
+    @staticmethod
+    def position(record_seq: int, index: int) -> int:
+        """The stream position of the ``index``-th event published by ``record_seq``."""
+        return record_seq * STREAM_SLOTS + index
+
+
+STREAM_SLOTS = 1 << 20
+"""Stream positions per journal record (a record publishing more events than this is
+refused)."""
 
 
 @dataclass(frozen=True)

@@ -268,7 +268,9 @@ class SqliteJournal:
             except sqlite3.Error as error:
                 raise sqlite_failure(error, self.path, action, run_id) from error
 
-    async def record_alive_time(self, run_id: str, elapsed_alive: float) -> None:
+    async def record_alive_time(
+        self, run_id: str, elapsed_alive: float, *, lease: Any = None
+    ) -> None:
         now = time.time()
 
         def write(conn: sqlite3.Connection) -> None:
@@ -286,6 +288,11 @@ class SqliteJournal:
         records: Sequence[JournalRecord],
         state_patch: StatePatch | None = None,
         final_status: RunStatus | None = None,
+        *,
+        lease: Any = None,
+        consumed: Sequence[int] = (),
+        stream: Sequence[Any] = (),
+        outcome: Any = None,
     ) -> None:
         rows = [(run_id, r.seq, json.dumps(r.data)) for r in records]
         patch_row = (
@@ -328,7 +335,9 @@ class SqliteJournal:
         conn.execute("DELETE FROM records WHERE run_id = ? AND seq < ?", (run_id, seq))
         conn.execute("DELETE FROM state_patches WHERE run_id = ? AND after_seq < ?", (run_id, seq))
 
-    async def write_snapshot(self, run_id: str, seq: int, snapshot: dict[str, Any]) -> None:
+    async def write_snapshot(
+        self, run_id: str, seq: int, snapshot: dict[str, Any], *, lease: Any = None
+    ) -> None:
         text = json.dumps(snapshot)
 
         def write(conn: sqlite3.Connection) -> None:
@@ -340,7 +349,9 @@ class SqliteJournal:
 
         await self._call(write, run_id=run_id, action="writing a snapshot")
 
-    async def mark_finished(self, run_id: str, status: RunStatus) -> None:
+    async def mark_finished(
+        self, run_id: str, status: RunStatus, *, lease: Any = None, outcome: Any = None
+    ) -> None:
         def write(conn: sqlite3.Connection) -> None:
             self._require_run(conn, run_id)
             conn.execute("UPDATE runs SET status = ? WHERE run_id = ?", (status, run_id))
@@ -475,3 +486,54 @@ class SqliteJournal:
 
     async def list_runs(self) -> list[RunEntry]:
         return await self._entries("", ())
+
+    # -- single-process stand-ins until the fleet contract lands in this store ---------
+
+    def renew_leases(self, owner: str, leases: Sequence[Any], lease_seconds: float) -> set[str]:
+        return {lease.run_id for lease in leases}
+
+    async def claim_run(self, run_id: str, owner: str, **_: Any) -> Any:
+        from tickwork.stores.records import Claim, Lease
+
+        entry = await self.get_run(run_id)
+        if entry is None or entry.status not in ("running", "queued", "parked"):
+            return None
+        return Claim(Lease(run_id, owner, 0), entry)
+
+    async def expire_owner(self, owner: str) -> int:
+        return 0
+
+    async def read_inbox(self, run_id: str) -> list[Any]:
+        return []
+
+    async def read_stream(
+        self, run_id: str, after_seq: int = -1, limit: int | None = None
+    ) -> list[Any]:
+        return []
+
+    async def wait_for_change(self, timeout: float, run_id: str | None = None) -> None:
+        await anyio.sleep(timeout)
+
+    async def submit_run(self, *args: Any, **kwargs: Any) -> bool:
+        raise NotImplementedError
+
+    async def claim_runs(self, *args: Any, **kwargs: Any) -> list[Any]:
+        raise NotImplementedError
+
+    async def release_run(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+    async def send(self, *args: Any, **kwargs: Any) -> bool:
+        raise NotImplementedError
+
+    async def register_worker(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+    async def touch_worker(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+    async def unregister_worker(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+    async def list_workers(self) -> list[Any]:
+        raise NotImplementedError

@@ -112,8 +112,9 @@ class LoopAdapter(Protocol):
     publish: Callable[[Any], None]
     """Append an event (or a step-state command) to the run's stream."""
 
-    def processed(self, tick: Tick, state: RunState) -> None:
-        """Called after each reduced tick with the new state (snapshots, journal)."""
+    def processed(self, tick: Tick, state: RunState, commands: list[Command]) -> None:
+        """Called after each reduced tick with the new state and the commands it
+        produced (snapshots, journal, the stream of durable runs)."""
 
     def finish(self, run_exit: RunExit) -> None:
         """Deliver the run's outcome to whoever awaits it."""
@@ -272,7 +273,7 @@ class _Loop:
     def _process(self, tick: Tick) -> None:
         """Reduce one tick and execute its commands, in order."""
         self.state, commands = reduce(self.state, tick)
-        self.adapter.processed(tick, self.state)
+        self.adapter.processed(tick, self.state, commands)
         handlers = _HANDLERS
         for command in commands:
             handlers[type(command)](self, command)
@@ -289,7 +290,7 @@ class _Loop:
         while self.pending and not self.state.finished:
             tick = self.pending.popleft()
             self.state, commands = reduce(self.state, tick)
-            adapter.processed(tick, self.state)
+            adapter.processed(tick, self.state, commands)
             deferred.extend(commands)
         await adapter.commit()
         self.last_commit = time.time()

@@ -1,0 +1,132 @@
+"""What owning a journaled run takes: a lease kept alive, and an inbox emptied.
+
+A journaled run is owned by one process at a time (scale-out.md §3).  :class:`Ownership`
+holds the run's :class:`~tickwork.stores.records.Lease` (taken when the run is
+registered, or handed over by a claim), keeps it renewed through the process's
+:class:`~tickwork.stores.leases.LeaseKeeper`, and reports its loss to the session on the
+session's own event loop.  :meth:`Ownership.pump_inbox` turns the items other processes
+leave in the run's inbox (sends, cancels) into ticks, which the durable writer marks
+consumed in the transaction that journals them: each one enters the journal once.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tickwork.runtime.durable import DurableWriter
+from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
+from tickwork.stores.leases import keeper_for, process_owner
+from tickwork.stores.records import InboxItem, Lease, LeaseLost
+from tickwork.stores.store import DEFAULT_LEASE_SECONDS
+
+__all__ = ["Ownership", "thread_safe_caller"]
+
+_log = logging.getLogger("tickwork.runtime")
+
+INBOX_POLL_SECONDS = 1.0
+"""How often a running session looks for inbox items when the store sends no
+notification."""
+
+
+def thread_safe_caller() -> Callable[[Callable[[], None]], None]:
+    """A function that runs a callback soon on the current event loop, from any thread."""
+    if "asyncio" in sys.modules:
+        import asyncio
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+
+            def call_on_asyncio(callback: Callable[[], None]) -> None:
+                loop.call_soon_threadsafe(callback)
+
+            return call_on_asyncio
+    import trio
+
+    token = trio.lowlevel.current_trio_token()
+
+    def call_on_trio(callback: Callable[[], None]) -> None:
+        token.run_sync_soon(callback)
+
+    return call_on_trio
+
+
+class Ownership:
+    """The lease of one journaled run in this process, and its inbox pump."""
+
+    def __init__(self, writer: DurableWriter, *, lease_seconds: float = DEFAULT_LEASE_SECONDS):
+        self.writer = writer
+        self.lease_seconds = lease_seconds
+        self.lease: Lease | None = None
+        self._keeper: Any = None
+
+    @property
+    def run_id(self) -> str:
+        return self.writer.run_id
+
+    def hold(self, lease: Lease | None, on_lost: Callable[[LeaseLost], None]) -> None:
+        """Keep ``lease`` renewed; ``on_lost`` runs on this event loop if it is lost."""
+        self.lease = lease
+        if lease is None:
+            return
+        call_soon = thread_safe_caller()
+
+        def lost_in_keeper_thread(reason: str) -> None:
+            error = LeaseLost(f"run {self.run_id!r}: {reason}")
+            call_soon(lambda: on_lost(error))
+
+        self._keeper = keeper_for(self.writer.store, lease.owner, self.lease_seconds)
+        self._keeper.hold(lease, lost_in_keeper_thread)
+
+    def release(self) -> None:
+        """Stop renewing the lease (the run ended, was parked or handed back)."""
+        if self._keeper is not None and self.lease is not None:
+            self._keeper.drop(self.lease.run_id)
+            self._keeper = None
+
+    @staticmethod
+    def local_owner() -> str:
+        """The owner id of runs this process starts itself (``Workflow.run()``)."""
+        return process_owner()
+
+    async def pump_inbox(self, post: Callable[[Tick], None], serializer: Any) -> None:
+        """Post a tick for every inbox item, until cancelled (runs beside the loop)."""
+        store = self.writer.store
+        taken: set[int] = set()
+        while True:
+            items = await store.read_inbox(self.run_id)
+            pending = {item.item_id for item in items}
+            taken &= pending  # consumed items are gone from the inbox
+            for item in items:
+                if item.item_id in taken:
+                    continue
+                taken.add(item.item_id)
+                tick = self._tick_for(item, serializer)
+                if tick is None:
+                    continue
+                self.writer.consumes(tick, item.item_id)
+                post(tick)
+            await store.wait_for_change(INBOX_POLL_SECONDS, self.run_id)
+
+    def _tick_for(self, item: InboxItem, serializer: Any) -> Tick | None:
+        if item.kind == "cancel":
+            return CancelRun(time.time())
+        try:
+            with serializer.validation_context():
+                event = serializer.from_record(item.payload)
+        except Exception as error:
+            _log.error(
+                "run %s: inbox item %d (key %s) holds an event that cannot be decoded: %s",
+                self.run_id,
+                item.item_id,
+                item.idempotency_key,
+                error,
+            )
+            return None
+        return AddEvent(time.time(), event, None)
