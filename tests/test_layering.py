@@ -100,6 +100,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             PACKAGE,
             "tickwork.journal",
+            "tickwork.fleet",
             "tickwork.testing",
             "tickwork.cli",
             "tickwork._cli",

@@ -39,6 +39,7 @@ from tickwork.runtime.types.state import RunConfig
 from tickwork.runtime.verbose import VerbosePrinter, choose_sink
 from tickwork.serde.serializers import BaseSerializer
 from tickwork.stores.records import Lease
+from tickwork.stores.remote import RemoteHandler
 from tickwork.stores.store import JournalStore
 
 __all__ = ["Workflow", "WorkflowMeta"]
@@ -462,6 +463,48 @@ class Workflow(metaclass=WorkflowMeta):
         _LIVE_RUNS[run_id] = session
         session.start()
         return WorkflowHandler(ctx, session)
+
+    async def submit(
+        self,
+        run_id: str | None = None,
+        *,
+        start_event: StartEvent | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        **kwargs: Any,
+    ) -> RemoteHandler:
+        """Queue a run for a worker fleet and return its :class:`RemoteHandler`.
+
+        The run is durable in the workflow's journal store when this returns, and any
+        ``tickwork worker`` serving this workflow (and ``queue``) may claim it; higher
+        ``priority`` runs are claimed first.  Idempotent on ``run_id``: submitting an
+        existing run id again starts nothing and returns a handler of that run.  The
+        start event is built from ``kwargs`` (or given as ``start_event``), as for
+        :meth:`run`, which stays local to this process.
+        """
+        store = self._journal
+        if store is None or isinstance(store, bool):
+            raise WorkflowConfigurationError(
+                f"{self.workflow_name}.submit() needs a journal store that workers share: "
+                "create the workflow with Workflow(journal=SqliteJournal(...)) or a "
+                "PostgresJournal"
+            )
+        _check_run_arguments(None, start_event)
+        config = self._prepare_run()
+        start = self._build_start_event(config, start_event, kwargs)
+        ctx: Context[Any] = Context(self)
+        serializer = ctx._serializer
+        run_id = run_id or _new_run_id()
+        await store.submit_run(
+            run_id,
+            self.workflow_name,
+            ctx.to_dict(),
+            start_event=serializer.to_record(start),
+            options={"timeout": config.timeout},
+            queue=queue,
+            priority=priority,
+        )
+        return RemoteHandler(store, run_id, serializer)
 
     def _build_start_event(
         self, config: RunConfig, start_event: StartEvent | None, kwargs: dict[str, Any]

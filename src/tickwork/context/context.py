@@ -303,6 +303,14 @@ class Context(Generic[MODEL_T]):
         """The retry state of the current invocation."""
         return self._step_scope("retry_info").retry_info()
 
+    @property
+    def idempotency_key(self) -> str:
+        """A key for the external calls of this invocation: the run id, the invocation
+        id and the attempt, stable when the invocation runs again after a crash or a
+        failover (``run-id:invocation-id:attempt``).  Pass it to a payment API, an email
+        service... so that a re-run does not do the same thing twice."""
+        return self._step_scope("idempotency_key").idempotency_key()
+
     def stream_events(self) -> AsyncIterator[Event]:
         """Every published event (internal ones included) up to the terminal event."""
         session = self._need_session("stream_events")

@@ -22,7 +22,7 @@ from tickwork.runtime.control_loop.reduce import reduce
 from tickwork.runtime.types.evolve import evolve
 from tickwork.serde.journal_codec import decode_tick
 from tickwork.stores.leases import owner_is_dead_local_process, process_owner
-from tickwork.stores.records import Lease
+from tickwork.stores.records import Claim, Lease
 from tickwork.stores.store import JournalError, JournalStore, RunEntry
 
 __all__ = ["RecoveryResult", "load_run", "recover_runs", "resume_run"]
@@ -143,6 +143,11 @@ async def _resume(workflow: Any, entry: RunEntry, lease: Lease | None = None) ->
         ctx, start, {}, entry.run_id, entry.options or None, lease
     )
     return handler
+
+
+async def resume_claimed(workflow: Any, claim: Claim) -> WorkflowHandler:
+    """Start a claimed run under the claim's lease (a worker of a fleet does this)."""
+    return await _resume(workflow, claim.entry, claim.lease)
 
 
 async def recover_runs(*workflows: Any) -> RecoveryResult:

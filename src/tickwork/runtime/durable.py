@@ -104,6 +104,11 @@ class DurableWriter:
         self._acks: dict[int, tuple[Tick, Ack]] = {}
         self._inbox: dict[int, tuple[Tick, int]] = {}
 
+    @property
+    def settled(self) -> bool:
+        """Whether every reduced tick was committed (nothing waits for a commit)."""
+        return not self._pending
+
     # -- registration ------------------------------------------------------------------
 
     def register(

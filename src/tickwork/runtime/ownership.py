@@ -117,9 +117,10 @@ class Ownership:
     def _tick_for(self, item: InboxItem, serializer: Any) -> Tick | None:
         if item.kind == "cancel":
             return CancelRun(time.time())
+        payload = item.payload if isinstance(item.payload, dict) else {}
         try:
             with serializer.validation_context():
-                event = serializer.from_record(item.payload)
+                event = serializer.from_record(payload["event"])
         except Exception as error:
             _log.error(
                 "run %s: inbox item %d (key %s) holds an event that cannot be decoded: %s",
@@ -129,4 +130,4 @@ class Ownership:
                 error,
             )
             return None
-        return AddEvent(time.time(), event, None)
+        return AddEvent(time.time(), event, payload.get("step"))

@@ -123,6 +123,10 @@ def _drop(tick: Tick) -> None:
     """The tick feed of a run that has ended."""
 
 
+def _discard(item: Any) -> None:
+    """The stream of a session nobody in this process reads."""
+
+
 class RunSession:
     """The in-process host of one run.
 
@@ -148,6 +152,7 @@ class RunSession:
         "exit",
         "hard_aborted",
         "heartbeat_every",
+        "host_done",
         "invokers",
         "journal",
         "loop_thread",
@@ -191,6 +196,8 @@ class RunSession:
         self.start_event = start_event
         self.stream = EventStream()
         self.done = DoneFlag()
+        self.host_done = DoneFlag()
+        """Set once the run's task has fully stopped (after ``done``, which comes first)."""
         self.exit: RunExit | None = None
         self.hard_aborted = False
         self.journal: list[tuple[Tick, int]] | None = [] if keep_journal else None
@@ -277,6 +284,7 @@ class RunSession:
             self.stream.close()
             self.done.set()
             self._wake_journal_readers()
+            self.host_done.set()
 
     def _crashed(self, raised: BaseException) -> None:
         """The run's task raised: end the run with that error unless it already ended.
@@ -357,6 +365,23 @@ class RunSession:
                 group.cancel_scope.cancel()
         if failure is not None:
             raise failure
+
+    def stop_here(self) -> None:
+        """Stop this session without ending the run (a worker parks it or hands it back).
+
+        Nothing is published and no outcome is recorded; await :attr:`host_done` before
+        reading the final :attr:`state`.
+        """
+        if self.exit is not None or self.done.is_set():
+            return
+        self.finish(RunExit("released"))
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
+
+    def discard_stream(self) -> None:
+        """Publish nowhere: nobody in this process reads the run's events (a fleet worker;
+        they are in the journal store's stream)."""
+        self.publish = _discard
 
     def lose_lease(self, error: LeaseLost) -> None:
         """Another worker owns the run now: stop at once, start and publish nothing.

@@ -126,6 +126,11 @@ class ScopeHost(Protocol):
         """Whether the run has not ended yet."""
         ...
 
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        ...
+
     def make_step_context(self, scope: Any) -> Any:
         """The step-face ``Context`` of an invocation (built by the layer above)."""
         ...
@@ -302,6 +307,11 @@ class StepScope:
                 f"in step {self.invocation.step!r}"
             )
         raise Suspend(WaiterRequest(wid, event_type, requirements, waiter_event, timeout))
+
+    def idempotency_key(self) -> str:
+        """``run-id:invocation-id:attempt``: stable across re-runs of this invocation."""
+        invocation = self.invocation
+        return f"{self.session.run_id}:{invocation.invocation_id}:{invocation.item.attempts}"
 
     # -- retry info ------------------------------------------------------------------
 

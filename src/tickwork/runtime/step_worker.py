@@ -49,11 +49,6 @@ class WorkerHost(ScopeHost, Protocol):
         ...
 
     @property
-    def run_id(self) -> str:
-        """The run's id (seeds retry jitter)."""
-        ...
-
-    @property
     def run_span(self) -> Any:
         """The run's tracing span (``None`` when tracing is off)."""
         ...

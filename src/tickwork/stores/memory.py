@@ -32,6 +32,7 @@ from tickwork.stores.records import (
     StreamItem,
     WorkerEntry,
 )
+from tickwork.stores.remote import RemoteHandler, attach
 from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS
 from tickwork.types import JournalRecord
 
@@ -497,6 +498,10 @@ class InMemoryJournal:
 
     async def list_workers(self) -> list[WorkerEntry]:
         return sorted(self._workers.values(), key=lambda w: w.worker_id)
+
+    async def attach(self, run_id: str, *, serializer: Any = None) -> RemoteHandler:
+        """A handler of ``run_id`` that works from any task (see :mod:`.remote`)."""
+        return await attach(self, run_id, serializer)
 
     async def wait_for_change(self, timeout: float, run_id: str | None = None) -> None:
         if self._changed is None:

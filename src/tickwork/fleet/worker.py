@@ -1,0 +1,238 @@
+"""A worker of a fleet: claims runs from a shared journal store and runs them.
+
+``tickwork worker MODULE:OBJ --dsn DSN`` (or ``--journal FILE``) runs one :class:`Worker`
+(scale-out.md §4).  It registers itself in the store, then loops:
+
+1. claim up to ``concurrency`` runs of the workflows it serves (queued runs, parked runs
+   that are due or have inbox items, runs whose owner's lease expired);
+2. rebuild each from its snapshot and journal tail and run it under the claim's lease
+   (the lease is renewed from a thread; a lost lease stops the run here at once);
+3. park the runs that only wait (no running or queued work) for ``idle_release``
+   seconds: a compacting snapshot, then ``parked`` with ``wake_at`` set to the earliest
+   waiter deadline.  A parked run holds no memory in any worker; an inbox item or a
+   passed ``wake_at`` makes it claimable by any worker;
+4. sleep until the store notifies a change, or for a second.
+
+A run that cannot be loaded (its steps or events no longer exist, its journal is
+damaged) is failed with an error naming it; it never blocks the other runs.  On
+:meth:`Worker.stop` (SIGTERM in the command), the worker stops claiming, lets running
+steps finish for ``grace`` seconds, then hands its runs back (``queued``, no owner) so that
+other workers take them at once.  Runs are never cancelled by a shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from tickwork._serde_fields import dump_exception
+from tickwork.handler import WorkflowHandler
+from tickwork.journal.recovery import resume_claimed
+from tickwork.runtime.session import RunSession
+from tickwork.runtime.types.state import RunState
+from tickwork.stores.leases import process_owner
+from tickwork.stores.records import Claim, JournalError, LeaseLost, RunOutcome
+from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS, JournalStore
+
+__all__ = ["Worker", "WorkerOptions"]
+
+_log = logging.getLogger("tickwork.worker")
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How a worker claims and keeps runs (the ``tickwork worker`` options)."""
+
+    queues: Sequence[str] | None = None
+    concurrency: int = 16
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    idle_release: float = 60.0
+    poll_seconds: float = 1.0
+    max_claims: int = DEFAULT_MAX_CLAIMS
+    grace: float = 30.0
+
+
+@dataclass
+class _Active:
+    claim: Claim
+    handler: WorkflowHandler
+
+    @property
+    def session(self) -> RunSession:
+        session: RunSession = self.handler._session
+        return session
+
+
+def _parkable(state: RunState) -> bool:
+    """Only waiting: live, nothing queued (delayed retries included), nothing running."""
+    return state.status == "running" and state.queued == 0 and state.running == 0
+
+
+def _earliest_deadline(state: RunState) -> float | None:
+    deadlines = [
+        waiter.deadline
+        for step in state.steps.values()
+        for waiter in step.waiters.values()
+        if waiter.pending and waiter.deadline is not None
+    ]
+    return min(deadlines) if deadlines else None
+
+
+class Worker:
+    """Claims and runs the runs of ``workflows`` found in ``store`` (see the module)."""
+
+    def __init__(
+        self,
+        workflows: Iterable[Any],
+        store: JournalStore,
+        options: WorkerOptions | None = None,
+        *,
+        worker_id: str | None = None,
+    ) -> None:
+        self.workflows: Mapping[str, Any] = {wf.workflow_name: wf for wf in workflows}
+        if not self.workflows:
+            raise ValueError("a worker needs at least one workflow to serve")
+        self.store = store
+        self.options = options or WorkerOptions()
+        self.worker_id = worker_id or process_owner()
+        self.active: dict[str, _Active] = {}
+        self._stopping = False
+        self._stopped = anyio.Event()
+        self.claimed = 0
+        self.parked = 0
+        self.lost = 0
+
+    # -- the loop ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve until :meth:`stop`; then hand the remaining runs back."""
+        await self.store.register_worker(
+            self.worker_id,
+            {
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "workflows": sorted(self.workflows),
+                "queues": list(self.options.queues or ()),
+                "concurrency": self.options.concurrency,
+            },
+        )
+        try:
+            while not self._stopping:
+                await self._claim()
+                await self._tend()
+                await self.store.touch_worker(self.worker_id, sorted(self.active))
+                with anyio.move_on_after(self.options.poll_seconds):
+                    await self.store.wait_for_change(self.options.poll_seconds)
+            await self._shut_down()
+        finally:
+            await self.store.unregister_worker(self.worker_id)
+            self._stopped.set()
+
+    def stop(self) -> None:
+        """Stop claiming; :meth:`run` then hands the remaining runs back and returns."""
+        self._stopping = True
+
+    async def _claim(self) -> None:
+        free = self.options.concurrency - len(self.active)
+        if free <= 0:
+            return
+        claims = await self.store.claim_runs(
+            self.worker_id,
+            list(self.workflows),
+            queues=self.options.queues,
+            limit=free,
+            lease_seconds=self.options.lease_seconds,
+            max_claims=self.options.max_claims,
+        )
+        for claim in claims:
+            self.claimed += 1
+            await self._start(claim)
+
+    async def _start(self, claim: Claim) -> None:
+        run_id = claim.lease.run_id
+        workflow = self.workflows[claim.entry.workflow_name]
+        try:
+            handler = await resume_claimed(workflow, claim)
+        except LeaseLost as error:
+            _log.warning("run %s was taken over while it was loaded: %s", run_id, error)
+            return
+        except Exception as error:
+            _log.error("run %s cannot be loaded, it fails: %s", run_id, error, exc_info=error)
+            await self._fail(claim, error)
+            return
+        handler._session.discard_stream()
+        self.active[run_id] = _Active(claim, handler)
+
+    async def _fail(self, claim: Claim, error: BaseException) -> None:
+        failure = JournalError(f"run {claim.lease.run_id!r} cannot be run: {error}")
+        try:
+            await self.store.mark_finished(
+                claim.lease.run_id,
+                "failed",
+                lease=claim.lease,
+                outcome=RunOutcome(error=dump_exception(failure)),
+            )
+        except JournalError as stored:
+            _log.error("run %s: recording its failure failed: %s", claim.lease.run_id, stored)
+
+    async def _tend(self) -> None:
+        """Forget the runs that ended here; park the ones that only wait."""
+        now = time.time()
+        for run_id, active in list(self.active.items()):
+            session = active.session
+            if session.done.is_set():
+                if session.exit is not None and session.exit.kind == "lost":
+                    self.lost += 1
+                del self.active[run_id]
+                continue
+            state = session.state
+            last = state.last_alive_stamp or now
+            if _parkable(state) and now - last >= self.options.idle_release:
+                await self._park(run_id, active)
+
+    async def _park(self, run_id: str, active: _Active) -> None:
+        session = active.session
+        session.stop_here()
+        await session.host_done.wait()
+        del self.active[run_id]
+        await self._put_back(session, active.claim, park=True)
+
+    async def _put_back(self, session: RunSession, claim: Claim, *, park: bool) -> None:
+        """Park a stopped session's run (or hand it back when it is not only waiting)."""
+        state = session.state
+        writer = session.writer
+        lease = session.ownership.lease if session.ownership is not None else claim.lease
+        if lease is None or writer is None:
+            return
+        try:
+            if park and _parkable(state) and writer.settled:
+                await writer.write_compacting_snapshot(state)
+                await self.store.release_run(
+                    lease, status="parked", wake_at=_earliest_deadline(state)
+                )
+                self.parked += 1
+            else:
+                await self.store.release_run(lease, status="queued")
+        except LeaseLost as error:
+            _log.warning("run %s was taken over before it was put back: %s", lease.run_id, error)
+
+    async def _shut_down(self) -> None:
+        """Let running steps finish for ``grace`` seconds, then hand every run back."""
+        with anyio.move_on_after(self.options.grace):
+            while any(a.session.state.running for a in self.active.values()):
+                await anyio.sleep(0.05)
+        for run_id, active in list(self.active.items()):
+            session = active.session
+            if session.done.is_set():
+                continue
+            session.stop_here()
+            await session.host_done.wait()
+            await self._put_back(session, active.claim, park=_parkable(session.state))
+            del self.active[run_id]
