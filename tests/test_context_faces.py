@@ -529,11 +529,11 @@ async def test_pre_run_streaming_queue_raises_context_state_error() -> None:
             ctx.streaming_queue  # noqa: B018
 
 
-async def test_pre_run_to_dict_is_a_version_2_snapshot_with_staged_store() -> None:
+async def test_pre_run_to_dict_is_a_current_snapshot_with_staged_store() -> None:
     ctx = Context(SimpleFlow(timeout=5))
     await ctx.store.set("staged", 1)
     snapshot = ctx.to_dict()
-    assert snapshot["version"] == 2
+    assert snapshot["version"] == 3
     assert snapshot["is_running"] is False
     assert "only" in snapshot["workers"]
     assert snapshot["state"] is not None
@@ -621,7 +621,7 @@ async def test_handler_to_dict_during_and_after_run() -> None:
     handler = SimpleFlow(timeout=5).run(delay=0.1)
     await anyio.sleep(0.02)
     live = handler.ctx.to_dict()
-    assert live["version"] == 2
+    assert live["version"] == 3
     assert live["is_running"] is True
     assert len(live["workers"]["only"]["in_progress"]) == 1
     await handler

@@ -37,6 +37,7 @@ from tickwork.handler import WorkflowHandler
 from tickwork.journal.recovery import resume_claimed
 from tickwork.runtime.session import RunSession
 from tickwork.runtime.types.state import RunState
+from tickwork.stores import metrics
 from tickwork.stores.leases import process_owner
 from tickwork.stores.records import Claim, JournalError, LeaseLost, RunOutcome
 from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS, JournalStore
@@ -153,6 +154,7 @@ class Worker:
         )
         for claim in claims:
             self.claimed += 1
+            metrics.add("tickwork.fleet.claims", workflow=claim.entry.workflow_name)
             await self._start(claim)
 
     async def _start(self, claim: Claim) -> None:
@@ -218,6 +220,7 @@ class Worker:
                     lease, status="parked", wake_at=_earliest_deadline(state)
                 )
                 self.parked += 1
+                metrics.add("tickwork.fleet.parked")
             else:
                 await self.store.release_run(lease, status="queued")
         except LeaseLost as error:

@@ -24,6 +24,7 @@ of it (api.md §24.2).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,6 +46,7 @@ from tickwork.runtime.types.ticks import Tick
 from tickwork.serde.journal_codec import encode_tick
 from tickwork.serde.serializers import BaseSerializer
 from tickwork.serde.snapshot import encode_snapshot
+from tickwork.stores import metrics
 from tickwork.stores.records import STREAM_SLOTS, Lease, RunOutcome, StreamItem
 from tickwork.stores.store import JournalStore, RunStatus, StatePatch
 from tickwork.types import JournalRecord
@@ -252,6 +254,7 @@ class DurableWriter:
             records = [self._encode(tick, seq) for tick, seq in batch]
             patch = self._state_patch(records[-1].seq)
             final = _FINAL.get(state.status)
+            began = time.monotonic()
             await self.store.append(
                 self.run_id,
                 records,
@@ -265,6 +268,7 @@ class DurableWriter:
         except BaseException as error:
             self._settle(batch, error)
             raise
+        metrics.record("tickwork.journal.append_latency", time.monotonic() - began)
         self._settle(batch, None)
         self._since_snapshot += len(records)
         if final is not None or self._since_snapshot >= self.compact_every:

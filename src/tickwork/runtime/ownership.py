@@ -19,6 +19,7 @@ from typing import Any
 
 from tickwork.runtime.durable import DurableWriter
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
+from tickwork.stores import metrics
 from tickwork.stores.leases import keeper_for, process_owner
 from tickwork.stores.records import InboxItem, Lease, LeaseLost
 from tickwork.stores.store import DEFAULT_LEASE_SECONDS
@@ -111,6 +112,7 @@ class Ownership:
                 if tick is None:
                     continue
                 self.writer.consumes(tick, item.item_id)
+                metrics.record("tickwork.fleet.inbox_lag", max(0.0, time.time() - item.created_at))
                 post(tick)
             await store.wait_for_change(INBOX_POLL_SECONDS, self.run_id)
 

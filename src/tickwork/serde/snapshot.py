@@ -1,4 +1,4 @@
-"""The snapshot format (version 2, api.md §10.3): a run state as a JSON-compatible dict.
+"""The snapshot format (version 3, api.md §10.3): a run state as a JSON-compatible dict.
 
 :func:`encode_snapshot` walks the *current* run state — never the history — so its cost
 is O(size of the state), and with a :class:`SnapshotCache` it re-encodes only what
@@ -548,7 +548,7 @@ def encode_snapshot(
     state_section: dict[str, Any] | None,
     cache: SnapshotCache | None = None,
 ) -> dict[str, Any]:
-    """The version-2 snapshot of ``state`` (O(size of the current state)).
+    """The snapshot of ``state`` (format version 3; O(size of the current state)).
 
     With a :class:`SnapshotCache`, whatever an earlier snapshot of the same run encoded
     and is still unchanged is reused (see the cache for what is shared).

@@ -1,4 +1,4 @@
-"""Reading snapshots (format version 2, api.md §10.3) back into a run state.
+"""Reading snapshots (format versions 2 and 3, api.md §10.3) back into a run state.
 
 :func:`decode_snapshot` validates a snapshot and rebuilds the run state; every problem is
 a ``ContextSerdeError`` that names the key, step or class.  Writing them is

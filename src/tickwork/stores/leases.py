@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tickwork.stores import metrics
 from tickwork.stores.records import Lease
 from tickwork.stores.store import JournalStore
 
@@ -134,6 +135,7 @@ class LeaseKeeper:
         leases = self.held()
         if not leases:
             return
+        began = time.monotonic()
         try:
             kept = self.store.renew_leases(self.owner, leases, self.lease_seconds)
         except Exception as error:
@@ -153,6 +155,7 @@ class LeaseKeeper:
                 )
             return
         self._last_success = time.monotonic()
+        metrics.record("tickwork.fleet.renew_latency", self._last_success - began)
         lost = [lease.run_id for lease in leases if lease.run_id not in kept]
         if lost:
             self._lose(lost, "its lease was taken over by another worker")
@@ -162,6 +165,7 @@ class LeaseKeeper:
             with self._lock:
                 held = self._held.pop(run_id, None)
             if held is not None:
+                metrics.add("tickwork.fleet.lost_leases")
                 try:
                     held.on_lost(reason)
                 except Exception:

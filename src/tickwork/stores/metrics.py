@@ -1,0 +1,68 @@
+"""OpenTelemetry metrics of journaled runs and fleets (extra ``otel``).
+
+When ``opentelemetry-api`` is importable, these instruments are recorded on the meter
+``tickwork``; otherwise every function here is a cheap no-op and nothing is imported.
+
+| instrument | kind | what |
+|---|---|---|
+| ``tickwork.fleet.claims`` | counter | runs claimed by a worker |
+| ``tickwork.fleet.lost_leases`` | counter | runs whose lease was lost (taken over, self-fenced) |
+| ``tickwork.fleet.parked`` | counter | runs parked (only waiting, held in no memory) |
+| ``tickwork.fleet.renew_latency`` | histogram (s) | one renewal of all of a worker's leases |
+| ``tickwork.fleet.inbox_lag`` | histogram (s) | from a send to the tick it became |
+| ``tickwork.journal.append_latency`` | histogram (s) | one group commit of a run |
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+__all__ = ["add", "record"]
+
+_INSTRUMENTS: dict[str, Any] | None = None
+_AVAILABLE: bool | None = None
+
+_COUNTERS = {
+    "tickwork.fleet.claims": "runs claimed by a worker",
+    "tickwork.fleet.lost_leases": "runs whose lease was lost",
+    "tickwork.fleet.parked": "runs parked by a worker",
+}
+_HISTOGRAMS = {
+    "tickwork.fleet.renew_latency": "seconds one renewal of a worker's leases took",
+    "tickwork.fleet.inbox_lag": "seconds from a send to the tick it became",
+    "tickwork.journal.append_latency": "seconds one group commit of a run took",
+}
+
+
+def _instruments() -> dict[str, Any] | None:
+    global _INSTRUMENTS, _AVAILABLE
+    if _AVAILABLE is None:
+        _AVAILABLE = importlib.util.find_spec("opentelemetry") is not None
+    if not _AVAILABLE:
+        return None
+    if _INSTRUMENTS is None:
+        from opentelemetry import metrics
+
+        meter = metrics.get_meter("tickwork")
+        made: dict[str, Any] = {}
+        for name, description in _COUNTERS.items():
+            made[name] = meter.create_counter(name, description=description)
+        for name, description in _HISTOGRAMS.items():
+            made[name] = meter.create_histogram(name, unit="s", description=description)
+        _INSTRUMENTS = made
+    return _INSTRUMENTS
+
+
+def add(name: str, amount: int = 1, **attributes: str) -> None:
+    """Add ``amount`` to the counter ``name`` (a no-op without OpenTelemetry)."""
+    instruments = _instruments()
+    if instruments is not None:
+        instruments[name].add(amount, attributes)
+
+
+def record(name: str, value: float, **attributes: str) -> None:
+    """Record ``value`` in the histogram ``name`` (a no-op without OpenTelemetry)."""
+    instruments = _instruments()
+    if instruments is not None:
+        instruments[name].record(value, attributes)
