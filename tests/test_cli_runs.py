@@ -232,7 +232,7 @@ SCRIPT = """\
 
     from tickwork import HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
     from tickwork import Workflow, step
-    from tickwork.journal import SqliteJournal
+    from tickwork.journal import SqliteJournal, recover_runs
 
 
     class Ask(InputRequiredEvent):
@@ -261,8 +261,16 @@ SCRIPT = """\
                 return  # the run waits in the journal
 
 
+    async def recover() -> None:
+        # The journal names this script's classes signing.*: here they are __main__'s.
+        handlers = await recover_runs(Sign(journal=SqliteJournal(sys.argv[1])))
+        for run_id, handler in handlers.items():
+            await handler.send_event(Answer(approved=False))
+            print(run_id, await handler)
+
+
     if __name__ == "__main__":
-        anyio.run(main)
+        anyio.run(recover if sys.argv[2:] == ["recover"] else main)
 """
 
 
@@ -289,6 +297,10 @@ def test_runs_started_by_a_script_are_recorded_under_its_module_and_resumed(
     resumed = tickwork("runs", "resume", run_id, "--journal", journal, cwd=tmp_path, stdin="true\n")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout) is True
+    # The script itself resumes its runs too (its classes are found under the same name).
+    second, _ = _start_script(tmp_path, sys.executable, "signing.py", journal)
+    recovered, result = _start_script(tmp_path, sys.executable, "signing.py", journal, "recover")
+    assert (recovered, result) == (second, "False")
 
 
 def test_a_main_module_name_may_be_overridden_with_a_warning(tmp_path: Path) -> None:
