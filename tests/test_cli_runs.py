@@ -8,6 +8,7 @@ workflows of ``tests/cli_fixtures/flows.py``; a run is left waiting by giving
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -51,9 +52,11 @@ def left_waiting(journal: str, *arguments: str) -> str:
 
 
 def show(run_id: str, journal: str) -> dict[str, object]:
-    proc = tickwork("runs", "show", run_id, "--journal", journal, "--json")
-    assert proc.returncode == 0, proc.stderr
-    summary: dict[str, object] = json.loads(proc.stdout)
+    """``tickwork runs show RUN --json``, in this process (the same code, no start-up)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["runs", "show", run_id, "--journal", journal, "--json"]) == 0
+    summary: dict[str, object] = json.loads(out.getvalue())
     return summary
 
 
