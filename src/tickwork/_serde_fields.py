@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import keyword
 import sys
 from collections.abc import Callable
 from contextvars import ContextVar, Token
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "load_event",
     "load_event_type",
     "load_exception",
+    "main_module_name",
     "qualified_name",
     "RESOLVER",
     "resolve_by_import",
@@ -35,8 +38,66 @@ RESOLVER: ContextVar[ClassResolver | None] = ContextVar("tickwork_class_resolver
 
 
 def qualified_name(cls: type) -> str:
-    """``module.qualname`` of a class: the name envelopes and exception dicts carry."""
-    return f"{cls.__module__}.{cls.__qualname__}"
+    """``module.qualname`` of a class: the name envelopes and exception dicts carry.
+
+    A class of the ``__main__`` module is named after the module's importable name
+    (see :func:`main_module_name`), so that what a script journals can be read by
+    another process that imports the script as a module.
+    """
+    module = cls.__module__
+    if module == "__main__":
+        module = main_module_name()
+    return f"{module}.{cls.__qualname__}"
+
+
+# (the __main__ module object, its importable name): recomputed only when __main__ changes.
+_MAIN_NAME: tuple[object, str] | None = None
+
+
+def main_module_name() -> str:
+    """The name under which the running ``__main__`` module can be imported, else
+    ``"__main__"``.
+
+    ``python -m pkg.flows`` gives ``pkg.flows``; ``python flows.py`` gives ``flows`` when
+    ``flows.py`` sits in the directory ``sys.path[0]`` names (as Python puts it there),
+    ``flows`` is a valid module name and no other module of that name is loaded.  Any
+    other ``__main__`` (an interactive session, ``python -c``, a console script, a
+    package's ``__main__.py``) keeps ``"__main__"``.  Decided once per ``__main__``
+    module, so names stay stable within a process.
+    """
+    global _MAIN_NAME
+    main = sys.modules.get("__main__")
+    if _MAIN_NAME is not None and _MAIN_NAME[0] is main:
+        return _MAIN_NAME[1]
+    name = _importable_main_name(main)
+    _MAIN_NAME = (main, name)
+    return name
+
+
+def _importable_main_name(main: Any) -> str:
+    spec = getattr(main, "__spec__", None)
+    candidate = getattr(spec, "name", None)
+    if not isinstance(candidate, str) or not candidate:
+        candidate = _script_module_name(getattr(main, "__file__", None))
+    if candidate is None or candidate.rpartition(".")[2] == "__main__":
+        return "__main__"
+    loaded = sys.modules.get(candidate)
+    return candidate if loaded is None or loaded is main else "__main__"
+
+
+def _script_module_name(file: Any) -> str | None:
+    """``flows`` for a script ``flows.py`` found in ``sys.path[0]``, else ``None``."""
+    if not isinstance(file, str) or not file.endswith(".py") or not sys.path:
+        return None
+    script = Path(file)
+    stem = script.stem
+    if not stem.isidentifier() or keyword.iskeyword(stem):
+        return None
+    try:
+        same_place = script.resolve().parent == Path(sys.path[0] or ".").resolve()
+    except OSError:
+        return None
+    return stem if same_place else None
 
 
 # Where each resolved name was found: (module name, attribute path).  A hit re-walks the
@@ -67,6 +128,19 @@ def resolve_by_import(name: str) -> type:
     if location is not None:
         found = _walk(*location)
         if isinstance(found, type):
+            return found
+    main_name = main_module_name()
+    if (
+        main_name != "__main__"
+        and name.startswith(main_name + ".")
+        and main_name not in sys.modules
+    ):
+        # This process runs the script whose classes carry its importable name: they are
+        # the classes of __main__ (importing the script again would make copies).
+        attrs = tuple(name[len(main_name) + 1 :].split("."))
+        found = _walk("__main__", attrs)
+        if isinstance(found, type):
+            _LOCATIONS[name] = ("__main__", attrs)
             return found
     parts = name.split(".")
     for cut in range(len(parts) - 1, 0, -1):

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tickwork._serde_fields import qualified_name
 from tickwork.context.context import Context
 from tickwork.errors import (
     ContextStateError,
@@ -261,11 +262,15 @@ class Workflow(metaclass=WorkflowMeta):
 
     @property
     def workflow_name(self) -> str:
-        """The explicit name, or ``module.QualName`` of the class."""
+        """The explicit name, or ``module.QualName`` of the class.
+
+        A class of a script run as ``python flows.py`` is named ``flows.QualName`` (the
+        name the script can be imported under, see ``main_module_name``), so that its
+        journaled runs can be resumed by a process that imports it.
+        """
         if self._explicit_name:
             return self._explicit_name
-        cls = type(self)
-        return f"{cls.__module__}.{cls.__qualname__}"
+        return qualified_name(type(self))
 
     @property
     def start_event_class(self) -> type[StartEvent]:

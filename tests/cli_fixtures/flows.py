@@ -10,6 +10,11 @@
 * :class:`Echo`, :class:`Count`, :class:`Opaque` — results that show how ``key=value``
   arguments are parsed and how results are printed (JSON, a typed stop event, ``repr``).
 * :class:`Sleepy` — sleeps, for the timeout exit status.
+* :class:`Interview` — waits with ``ctx.wait_for_event`` for a :class:`Reply` about its
+  topic (a requirement), then lingers; its default timeout is short, so a resumed run
+  that lived past it shows that the run's own timeout was kept.
+* :class:`Vote` — returns a question answered by one of two response types.
+* :class:`Flaky` — fails twice, retried after a delay, then succeeds.
 * ``shout_instance`` — a ready Workflow *instance* (``MODULE:ATTRIBUTE`` may name one).
 * ``NOT_A_WORKFLOW`` — an attribute that is not a workflow, for the error case.
 """
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 
@@ -35,6 +40,7 @@ from tickwork import (
 )
 from tickwork.events import StepFailedEvent
 from tickwork.resource import Resource
+from tickwork.retry_policy import retry_policy, stop_after_attempt, wait_fixed
 
 
 class Greet(Workflow):
@@ -230,6 +236,89 @@ class Opaque(Workflow):
     @step
     async def make(self, ev: StartEvent) -> StopEvent:
         return StopEvent(result=frozenset({"only"}))
+
+
+class Question(InputRequiredEvent):
+    """What :class:`Interview` asks."""
+
+    text: str
+
+
+class Reply(HumanResponseEvent):
+    """The answer :class:`Interview` waits for: ``topic`` must be the run's topic."""
+
+    topic: str
+    text: str
+
+
+class Interview(Workflow):
+    """Ask about ``topic`` ``rounds`` times (default once), waiting for a :class:`Reply`
+    each time; linger ``linger`` seconds after.
+
+    Its default timeout is 0.5 s: a run started with a longer timeout (or none) and
+    resumed with ``linger=1`` finishes only if the resume kept the run's own timeout.
+    """
+
+    def __init__(self, timeout: float | None = 0.5, **options: Any) -> None:
+        super().__init__(timeout=timeout, **options)
+
+    @step
+    async def ask(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        texts = []
+        for round_ in range(int(ev.get("rounds", 1))):
+            reply = await ctx.wait_for_event(
+                Reply,
+                waiter_event=Question(text=f"what about {ev.topic}?" if round_ == 0 else "more?"),
+                waiter_id=f"round {round_}",
+                requirements={"topic": ev.topic},
+                timeout=3600,
+            )
+            texts.append(reply.text)
+        await anyio.sleep(float(ev.get("linger", 0)))
+        return StopEvent(result=f"{ev.topic}: {', '.join(texts)}")
+
+
+class Ballot(InputRequiredEvent):
+    """What :class:`Vote` asks."""
+
+    motion: str
+
+
+class Yes(HumanResponseEvent):
+    """A vote for the motion."""
+
+
+class No(HumanResponseEvent):
+    """A vote against the motion, with a reason."""
+
+    reason: str
+
+
+class Vote(Workflow):
+    """Put ``motion`` to a vote: a :class:`Yes` or a :class:`No` answers it."""
+
+    @step
+    async def put(self, ev: StartEvent) -> Ballot:
+        return Ballot(motion=str(ev.motion))
+
+    @step
+    async def carried(self, ev: Yes) -> StopEvent:
+        return StopEvent(result="carried")
+
+    @step
+    async def rejected(self, ev: No) -> StopEvent:
+        return StopEvent(result=f"rejected: {ev.reason}")
+
+
+class Flaky(Workflow):
+    """``fetch`` fails twice (retried 0.01 s later each time), then succeeds."""
+
+    @step(retry_policy=retry_policy(wait=wait_fixed(0.01), stop=stop_after_attempt(3)))
+    async def fetch(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        attempt = ctx.retry_info().retry_number + 1
+        if attempt < 3:
+            raise ConnectionError(f"attempt {attempt} failed")
+        return StopEvent(result=f"fetched on attempt {attempt}")
 
 
 NOT_A_WORKFLOW = 42

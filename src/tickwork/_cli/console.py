@@ -47,6 +47,8 @@ class Console:
     stream: TextIO
     quiet: bool = False
     colour: bool = field(init=False)
+    resume_hint: str | None = None
+    """What becomes of the run being followed, said when the command is interrupted."""
 
     def __post_init__(self) -> None:
         isatty = getattr(self.stream, "isatty", None)
@@ -57,9 +59,17 @@ class Console:
         if not self.quiet:
             self._write(f"{self._paint(f'[{tag}]', colour)} {text}\n")
 
+    def notice(self, tag: str, text: str, colour: str = "cyan") -> None:
+        """``[tag] text``, even when quiet (what a user at a prompt must see)."""
+        self._write(f"{self._paint(f'[{tag}]', colour)} {text}\n")
+
     def prompt(self, text: str) -> None:
         """A question for the user (shown even when quiet)."""
         self._write(self._paint(text, "magenta"))
+
+    def warning(self, message: str) -> None:
+        """A line the user should read before going on (shown even when quiet)."""
+        self._write(f"{self._paint('tickwork: warning:', 'magenta')} {message}\n")
 
     def error(self, message: str) -> None:
         """The one line that explains why the command failed."""

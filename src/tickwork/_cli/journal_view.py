@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ __all__ = [
     "get_entry",
     "guarded",
     "journal_problem",
+    "local_time",
     "open_journal",
     "open_journal_for_run",
     "run_summary",
@@ -58,9 +60,19 @@ def open_journal_for_run(path: str) -> SqliteJournal:
 
 
 def runs_table(entries: list[RunEntry]) -> str:
-    """The runs as an aligned text table with a header line."""
-    rows = [("RUN ID", "WORKFLOW", "STATUS", "LAST SEQ")]
-    rows += [(e.run_id, e.workflow_name, e.status, str(e.last_seq)) for e in entries]
+    """The runs as an aligned text table with a header line (times in local time)."""
+    rows = [("RUN ID", "WORKFLOW", "STATUS", "STARTED", "LAST ACTIVITY", "LAST SEQ")]
+    rows += [
+        (
+            e.run_id,
+            e.workflow_name,
+            e.status,
+            local_time(e.created_at),
+            local_time(e.updated_at),
+            str(e.last_seq),
+        )
+        for e in entries
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -114,12 +126,23 @@ async def show_data(
 
 
 def entry_dict(entry: RunEntry) -> dict[str, Any]:
+    """A run's entry as JSON-ready data (times as epoch seconds)."""
     return {
         "run_id": entry.run_id,
         "workflow": entry.workflow_name,
         "status": entry.status,
+        "created_at": entry.created_at,
+        "updated_at": entry.updated_at,
+        "options": dict(entry.options),
         "last_seq": entry.last_seq,
     }
+
+
+def local_time(stamp: float | None) -> str:
+    """``2026-12-01 10:00:05`` (local time) for epoch seconds; ``-`` when unknown."""
+    if stamp is None:
+        return "-"
+    return datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def snapshot_summary(seq: int, snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -155,44 +178,67 @@ def snapshot_summary(seq: int, snapshot: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def show_text(summary: dict[str, Any]) -> str:
+def show_text(summary: dict[str, Any], current: list[str] | None) -> str:
+    """What ``runs show`` prints: the run's entry, its ``current`` state lines when the
+    workflow could be loaded (else a summary of its latest snapshot), its error, and
+    where its journal stands."""
+    options = summary["options"]
+    timeout = options.get("timeout", "default") if isinstance(options, dict) else "default"
+    timeout_text = (
+        "none"
+        if timeout is None
+        else f"{timeout:g}s"
+        if isinstance(timeout, (int, float))
+        else "the workflow's default"
+    )
     lines = [
-        f"run:       {summary['run_id']}",
-        f"workflow:  {summary['workflow']}",
-        f"status:    {summary['status']}",
-        f"last seq:  {summary['last_seq']}",
+        f"run:           {summary['run_id']}",
+        f"workflow:      {summary['workflow']}",
+        f"status:        {summary['status']}",
+        f"started:       {local_time(summary['created_at'])}",
+        f"last activity: {local_time(summary['updated_at'])}",
+        f"timeout:       {timeout_text}",
     ]
     snapshot = summary["snapshot"]
-    if snapshot is None:
-        lines.append("snapshot:  none")
+    if current is not None:
+        lines += current
     else:
-        busy = [
-            f"{name} ({_counts_text(counts)})"
-            for name, counts in snapshot["steps"].items()
-            if counts
-        ]
-        streams = [
-            f"{s['producer']} ({s['open_work_items']} open)"
-            for s in snapshot["open_streams"].values()
-        ]
-        elapsed = snapshot["elapsed_alive"]
-        lines += [
-            f"snapshot:  before record {snapshot['taken_at_seq']} (format {snapshot['version']})",
-            f"  running:       {'yes' if snapshot['is_running'] else 'no'}",
-            f"  alive time:    {elapsed:.3f}s"
-            if isinstance(elapsed, (int, float))
-            else "  alive time:    ?",
-            f"  busy steps:    {', '.join(busy) or 'none'}",
-            f"  open streams:  {', '.join(streams) or 'none'}",
-            f"  undelivered:   {snapshot['undelivered_emissions']}",
-            f"  state:         {snapshot['state_type']} {snapshot['state_keys'] or []}",
-        ]
+        lines.append(f"current state: unknown ({summary['current_unavailable']})")
+        if snapshot is not None:
+            lines += _snapshot_lines(snapshot)
+    if summary.get("error"):
+        lines.append(f"error:         {summary['error']}")
     tail = summary["records_after_snapshot"]
     counted = ", ".join(f"{n} {kind}" for kind, n in sorted(tail.items()))
+    where = (
+        "no snapshot" if snapshot is None else f"snapshot before record {snapshot['taken_at_seq']}"
+    )
     lines.append(
-        f"records after snapshot: {sum(tail.values())}" + (f" ({counted})" if counted else "")
+        f"journal:       last record {summary['last_seq']}, {where}, "
+        f"{sum(tail.values())} records after it" + (f" ({counted})" if counted else "")
     )
     return "\n".join(lines) + "\n"
+
+
+def _snapshot_lines(snapshot: dict[str, Any]) -> list[str]:
+    busy = [
+        f"{name} ({_counts_text(counts)})" for name, counts in snapshot["steps"].items() if counts
+    ]
+    streams = [
+        f"{s['producer']} ({s['open_work_items']} open)" for s in snapshot["open_streams"].values()
+    ]
+    elapsed = snapshot["elapsed_alive"]
+    return [
+        f"snapshot:      before record {snapshot['taken_at_seq']} (format {snapshot['version']})",
+        f"  running:       {'yes' if snapshot['is_running'] else 'no'}",
+        f"  alive time:    {elapsed:.3f}s"
+        if isinstance(elapsed, (int, float))
+        else "  alive time:    ?",
+        f"  busy steps:    {', '.join(busy) or 'none'}",
+        f"  open streams:  {', '.join(streams) or 'none'}",
+        f"  undelivered:   {snapshot['undelivered_emissions']}",
+        f"  state:         {snapshot['state_type']} {snapshot['state_keys'] or []}",
+    ]
 
 
 def _counts_text(counts: dict[str, int]) -> str:

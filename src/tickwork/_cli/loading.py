@@ -8,21 +8,29 @@ status 2 when the argument names nothing usable, 1 when the module's own code fa
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tickwork._cli.console import EXIT_FAILURE, CliError, one_line
+from tickwork._cli.console import EXIT_FAILURE, CliError, Console, one_line
 from tickwork._cli.journal_view import journal_problem
-from tickwork.journal import JournalError
+from tickwork._serde_fields import resolve_by_import
+from tickwork.journal import JournalError, RunEntry
 from tickwork.workflow import Workflow
 
-__all__ = ["load_target", "parse_assignments", "workflow_instance"]
+__all__ = [
+    "check_run_workflow",
+    "load_target",
+    "parse_assignments",
+    "run_workflow_class",
+    "workflow_instance",
+]
 
 
 def parse_assignments(items: Sequence[str]) -> dict[str, Any]:
@@ -70,8 +78,7 @@ def load_target(spec: str) -> Any:
 def _import_module(name: str) -> Any:
     if name.endswith(".py") or os.sep in name or "/" in name:
         return _import_file(Path(name))
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    _current_directory_importable()
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as error:
@@ -82,6 +89,13 @@ def _import_module(name: str) -> Any:
         raise CliError(f"importing {name!r} failed: {one_line(error)}", EXIT_FAILURE) from None
     except Exception as error:
         raise CliError(f"importing {name!r} failed: {one_line(error)}", EXIT_FAILURE) from None
+
+
+def _current_directory_importable() -> None:
+    """Modules in the current directory import, as with ``python -m`` (the installed
+    ``tickwork`` script does not put the directory on ``sys.path``)."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
 
 
 def _import_file(path: Path) -> Any:
@@ -118,3 +132,76 @@ def workflow_instance(spec: str, target: Any, options: dict[str, Any]) -> Workfl
     except Exception as error:
         raise CliError(f"cannot create {spec}: {one_line(error)}", EXIT_FAILURE) from None
     return workflow
+
+
+def run_workflow_class(entry: RunEntry, spec: str | None, command: str) -> type[Workflow]:
+    """The Workflow class that resumes or shows the run ``entry``: the one ``spec``
+    (``MODULE:WORKFLOW``) names, else the class its recorded workflow name imports."""
+    if spec is not None:
+        target = load_target(spec)
+        if isinstance(target, Workflow):
+            raise CliError(
+                f"{command} needs a Workflow class, but {spec} is an instance (the command "
+                "creates it with this journal)"
+            )
+        workflow_class: type[Workflow] = target
+        return workflow_class
+    name = entry.workflow_name
+    if name.startswith("__main__."):
+        raise CliError(
+            f"run {entry.run_id!r} was started by a script as {name}, which no other process "
+            f"can import; name its workflow with --workflow MODULE:{name.removeprefix('__main__.')}"
+        )
+    _current_directory_importable()
+    try:
+        found = resolve_by_import(name)
+    except ImportError:
+        raise CliError(
+            f"cannot import the workflow {name} of run {entry.run_id!r}; name it with "
+            "--workflow MODULE:WORKFLOW"
+        ) from None
+    except Exception as error:
+        raise CliError(f"importing {name} failed: {one_line(error)}", EXIT_FAILURE) from None
+    if not issubclass(found, Workflow):
+        raise CliError(
+            f"{name}, the workflow name of run {entry.run_id!r}, is not a Workflow class; "
+            "name its workflow with --workflow MODULE:WORKFLOW"
+        )
+    return found
+
+
+def check_run_workflow(
+    workflow: Workflow, entry: RunEntry, console: Console
+) -> contextlib.AbstractContextManager[None]:
+    """Refuse a workflow other than the run's; the context to act on the run in.
+
+    A run a script recorded as ``__main__.Name`` may be taken over by a workflow of
+    another name, after a warning: in the context, the classes the journal names
+    ``__main__.X`` are read as those of the workflow's module.
+    """
+    if workflow.workflow_name == entry.workflow_name:
+        return contextlib.nullcontext()
+    if not entry.workflow_name.startswith("__main__."):
+        raise CliError(
+            f"run {entry.run_id!r} belongs to workflow {entry.workflow_name}, "
+            f"not {workflow.workflow_name}"
+        )
+    module = sys.modules[type(workflow).__module__]
+    console.warning(
+        f"run {entry.run_id!r} was recorded by a script as {entry.workflow_name}; it is "
+        f"taken as {workflow.workflow_name}, and the classes its journal names __main__.X "
+        f"as those of module {module.__name__} (they must be the script's classes)"
+    )
+    return _main_module_as(module)
+
+
+@contextlib.contextmanager
+def _main_module_as(module: Any) -> Iterator[None]:
+    """Resolve ``__main__.X`` names to ``module.X`` in the block (the command's own
+    ``__main__`` is not looked up by name meanwhile)."""
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = module
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = saved

@@ -1,20 +1,21 @@
 """Live progress of a run for the ``tickwork`` command: one line per step change.
 
 :class:`ProgressReporter` turns the events a run publishes (``stream_events(
-expose_internal=True)``) into lines: steps queued, running and done, events the steps
-write to the stream, unhandled events, and the ``k/n`` progress of each fan-out stream
-that a ``list[E]`` step joins.
+expose_internal=True)``) into lines: steps queued, running, done, failed (with the
+exception and the retry decision), waiting or cancelled; a join's batch as the
+``list[E]`` the user wrote; events the steps write to the stream; unhandled events; and
+the ``k/n`` progress of each fan-out stream that a ``list[E]`` step joins.  What the
+events do not carry comes from the run's :class:`~tickwork._cli.watch.StepWatch`.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from tickwork._cli.console import Console
-from tickwork.collect import Take
+from tickwork._cli.watch import StepWatch
 from tickwork.events import (
     Event,
     InternalDispatchEvent,
@@ -22,155 +23,88 @@ from tickwork.events import (
     StepStateChanged,
     StopEvent,
     UnhandledEvent,
+    WorkflowCancelledEvent,
+    WorkflowFailedEvent,
+    WorkflowTimedOutEvent,
 )
-from tickwork.handler import WorkflowHandler
 from tickwork.representation.build import discover_step_functions
-from tickwork.runtime.stream_plan import StreamBinding, compute_stream_bindings
 from tickwork.runtime.verbose import summarize
-from tickwork.workflow import Workflow
 
 __all__ = ["ProgressReporter", "class_name"]
 
-_SAMPLING_SHARE = 0.2  # at most this share of the wall time goes to progress snapshots...
-_SAMPLING_ALLOWANCE = 0.005  # ...plus this many seconds, so that short runs are sampled
 _CLASS_REPR = re.compile(r"<class '(?:[\w.]*\.)?(\w+)'>")
-
-
-@dataclass
-class _StreamSeen:
-    """What the reporter knows of one open fan-out stream and one of its joins."""
-
-    label: str
-    size: int = 0
-    shown: tuple[int, int] | None = None
+_RELEASE = "CollectionReleaseEvent"
 
 
 @dataclass
 class ProgressReporter:
-    """Turns the run's published events into progress lines.
+    """Turns the run's published events into progress lines (see the module)."""
 
-    Fan-out progress comes from the run's snapshot (api.md §10.3): for every open stream,
-    ``open_work_items`` and the members buffered for each ``list[E]`` binding.  A
-    stream's size is the largest ``members + open`` seen (a dead branch lowers the sum,
-    a nested step keeps it), and ``done = size - open``.  A snapshot costs O(state), so
-    sampling is skipped once it has used a fifth of the run's wall time: small runs are
-    sampled after every invocation, a 10,000-item fan-out is not slowed down much.
-    """
-
-    workflow: Workflow
-    handler: WorkflowHandler
+    watch: StepWatch
     console: Console
-    streams: dict[tuple[str, str], _StreamSeen] = field(default_factory=dict)
-    fan_out_steps: frozenset[str] = frozenset()
     bare_outputs: dict[str, frozenset[str]] = field(default_factory=dict)
-    bindings: dict[str, StreamBinding] = field(default_factory=dict)
-    _started: float = field(default_factory=time.monotonic)
-    _sampling_time: float = 0.0
-    _sampling: bool = True
+    running: dict[tuple[str, str], None] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        steps = discover_step_functions(type(self.workflow))
-        plan = compute_stream_bindings(steps, self.workflow.start_event_class)
-        self.bindings = {
-            b.binding_id: b for group in plan.bindings_by_producer.values() for b in group
-        }
-        self.fan_out_steps = frozenset(plan.bindings_by_producer)
-        self.bare_outputs = {name: _bare_return_names(steps[name]) for name in self.fan_out_steps}
-        self._sampling = bool(self.bindings) and not self.console.quiet
+    @classmethod
+    def of(cls, workflow: object, watch: StepWatch, console: Console) -> ProgressReporter:
+        """A reporter for ``workflow``'s runs."""
+        steps = discover_step_functions(type(workflow))
+        bare = {name: _bare_return_names(steps[name]) for name in watch.fan_out_steps}
+        return cls(watch, console, bare)
 
     def on_event(self, event: Event) -> None:
         """Report one published event."""
         if isinstance(event, StepStateChanged):
             self._step_line(event)
-            self._maybe_sample(event)
         elif isinstance(event, UnhandledEvent):
             self.console.progress("unhandled", f"{event.event_type} reached no step")
-        elif not isinstance(event, (InternalDispatchEvent, StopEvent)):
+        elif isinstance(event, StopEvent):
+            if isinstance(
+                event, (WorkflowCancelledEvent, WorkflowTimedOutEvent, WorkflowFailedEvent)
+            ):
+                self._cancel_running()
+        elif not isinstance(event, InternalDispatchEvent):
             self.console.progress("event", summarize(event))
 
     def _step_line(self, event: StepStateChanged) -> None:
+        slot = (event.name, event.worker_id)
+        tag = f"{event.name}:{event.worker_id}"
         if event.step_state is StepState.PREPARING:
-            self.console.progress(event.name, f"queued ({event.input_event_name})")
+            given = event.input_event_name
+            if given == _RELEASE:
+                given = self.watch.join_labels.get(event.name, given)
+            self.console.progress(event.name, f"queued ({given})")
         elif event.step_state is StepState.RUNNING:
-            self.console.progress(
-                f"{event.name}:{event.worker_id}", f"running ({event.input_event_name})"
-            )
-        elif event.output_event_name is None:
-            self.console.progress(f"{event.name}:{event.worker_id}", "failed or cancelled", "red")
+            given = event.input_event_name
+            if given == _RELEASE:
+                given = self.watch.batch(slot) or self.watch.join_labels.get(event.name, given)
+            self.running[slot] = None
+            self.console.progress(tag, f"running ({given})")
         else:
-            output = class_name(event.output_event_name)
-            if output == "NoneType":
-                done = "done (no event)"
-            elif event.name in self.fan_out_steps and output not in self.bare_outputs[event.name]:
-                done = f"done -> list[{output}]"
+            self.running.pop(slot, None)
+            ending = self.watch.ending(slot)
+            if event.output_event_name is None:
+                text = ending.text if ending and ending.text else "ended without a result"
+                colour = "red" if text.startswith("failed") else "magenta"
+                self.console.progress(tag, text, colour)
             else:
-                done = f"done -> {output}"
-            self.console.progress(f"{event.name}:{event.worker_id}", done, "green")
+                self.console.progress(tag, self._done_text(event), "green")
+            for colour, label, line in ending.lines if ending else ():
+                self.console.progress(label, line, colour)
 
-    def _maybe_sample(self, event: StepStateChanged) -> None:
-        """Sample the snapshot after an invocation ended, within the time budget.
+    def _done_text(self, event: StepStateChanged) -> str:
+        output = class_name(event.output_event_name or "")
+        if output == "NoneType":
+            return "done (no event)"
+        if event.name in self.bare_outputs and output not in self.bare_outputs[event.name]:
+            return f"done -> list[{output}]"
+        return f"done -> {output}"
 
-        Counts only change when an invocation's result is processed, so only NOT_RUNNING
-        events (and a join's release) are worth a sample.  A fan-out producer finishing is
-        always sampled, so every stream is seen with its full size.
-        """
-        if not self._sampling:
-            return
-        finished = event.step_state is StepState.NOT_RUNNING
-        opened = finished and event.name in self.fan_out_steps
-        released = event.input_event_name == "CollectionReleaseEvent"
-        now = time.monotonic()
-        budget = _SAMPLING_SHARE * (now - self._started) + _SAMPLING_ALLOWANCE
-        if not (opened or ((finished or released) and self._sampling_time <= budget)):
-            return
-        try:
-            snapshot = self.handler.ctx.to_dict(include_state=False)
-        except Exception:  # a snapshot that cannot be encoded: no fan-out progress
-            self._sampling = False
-            return
-        self._sampling_time += time.monotonic() - now
-        for kind, label, text in self._stream_lines(snapshot):
-            self.console.progress(label, text, kind)
-
-    def _stream_lines(self, snapshot: dict[str, Any]) -> list[tuple[str, str, str]]:
-        members: dict[tuple[str, str], int] = {}
-        for release in (snapshot.get("collection_release_states") or {}).values():
-            key = (str(release.get("stream_id")), str(release.get("binding_id")))
-            members[key] = len(release.get("buffer") or ())
-        lines: list[tuple[str, str, str]] = []
-        open_keys: set[tuple[str, str]] = set()
-        for stream_id, stream in (snapshot.get("streams") or {}).items():
-            for binding_id in stream.get("accepting_binding_ids") or ():
-                if binding_id not in self.bindings:
-                    continue
-                key = (str(stream_id), str(binding_id))
-                open_keys.add(key)
-                seen = self._seen(key)
-                open_items = int(stream.get("open_work_items", 0))
-                seen.size = max(seen.size, members.get(key, 0) + open_items)
-                progress = (seen.size - open_items, seen.size)
-                if progress != seen.shown:
-                    seen.shown = progress
-                    lines.append(("blue", seen.label, f"{progress[0]}/{progress[1]}"))
-        for key in [k for k in self.streams if k not in open_keys]:
-            seen = self.streams.pop(key)
-            binding = self.bindings[key[1]]
-            cardinality = binding.policy.cardinality
-            if isinstance(cardinality, Take) and cardinality.cancel_rest:
-                lines.append(("blue", seen.label, f"closed (took {cardinality.n} of {seen.size})"))
-            elif seen.shown != (seen.size, seen.size):
-                lines.append(("blue", seen.label, f"{seen.size}/{seen.size}"))
-        return lines
-
-    def _seen(self, key: tuple[str, str]) -> _StreamSeen:
-        seen = self.streams.get(key)
-        if seen is None:
-            binding = self.bindings[key[1]]
-            label = f"fan-out {binding.producer} -> {binding.target}"
-            concurrent = sum(1 for other in self.streams if other[1] == key[1])
-            seen = _StreamSeen(label=f"{label} #{concurrent + 1}" if concurrent else label)
-            self.streams[key] = seen
-        return seen
+    def _cancel_running(self) -> None:
+        """The run ended: the invocations still running were cancelled."""
+        for step, worker in self.running:
+            self.console.progress(f"{step}:{worker}", "cancelled", "magenta")
+        self.running.clear()
 
 
 def _bare_return_names(step_function: Any) -> frozenset[str]:

@@ -16,6 +16,8 @@ A compacting snapshot (run state + state store) is written at registration, ever
 ``compact_every`` records, and with the last records of a finished run (before its
 result is delivered), so recovery reads a snapshot plus a short tail — never the whole
 history — and a finished run keeps only its final snapshot.
+The final snapshot of a failed run also says why it failed (its ``failure`` key, which
+loaders ignore): the records that showed it are compacted away with the rest.
 
 While a run with a time budget waits and journals nothing, :meth:`DurableWriter.heartbeat`
 records its alive time about once a second, so that a crash forgets at most that much
@@ -41,8 +43,9 @@ from tickwork.runtime.types.commands import (
     PublishEvent,
     terminal_event,
 )
+from tickwork.runtime.types.results import Failed
 from tickwork.runtime.types.state import RunState
-from tickwork.runtime.types.ticks import Tick
+from tickwork.runtime.types.ticks import StepResult, Tick
 from tickwork.serde.journal_codec import encode_tick
 from tickwork.serde.serializers import BaseSerializer
 from tickwork.serde.snapshot import encode_snapshot
@@ -272,8 +275,11 @@ class DurableWriter:
         self._settle(batch, None)
         self._since_snapshot += len(records)
         if final is not None or self._since_snapshot >= self.compact_every:
+            snapshot = self._snapshot(state)
+            if final == "failed":
+                snapshot["failure"] = _failure(batch)
             await self.store.write_snapshot(
-                self.run_id, state.journal_seq, self._snapshot(state), lease=self.lease
+                self.run_id, state.journal_seq, snapshot, lease=self.lease
             )
             self._since_snapshot = 0
 
@@ -307,3 +313,16 @@ class DurableWriter:
         last = state.last_alive_stamp
         alive = state.elapsed_alive + (max(0.0, now - last) if last is not None else 0.0)
         await self.store.record_alive_time(self.run_id, alive, lease=self.lease)
+
+
+def _failure(batch: list[tuple[Tick, int]]) -> dict[str, Any] | None:
+    """``{"step_name", "exception"}`` of the step failure that ended the run, if one did.
+
+    The failing result is the last tick of the drain that ended the run; a run failed
+    for another reason (a stuck stream) gives ``None``.
+    """
+    for tick, _seq in reversed(batch):
+        if isinstance(tick, StepResult) and isinstance(tick.outcome, Failed):
+            exception = dump_exception(tick.outcome.exception)
+            return {"step_name": tick.step, "exception": exception}
+    return None

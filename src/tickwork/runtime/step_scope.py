@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import anyio.from_thread
 
+from tickwork._serde_fields import qualified_name
 from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import StopEvent
 from tickwork.retry_policy import RetryInfo
@@ -62,7 +63,7 @@ def implicit_waiter_id(
     event_type: type, requirements: Mapping[str, Any] | None, work_item_id: str
 ) -> str:
     """A waiter id stable across re-runs and resumes, distinct per work item."""
-    raw = f"{event_type.__module__}.{event_type.__qualname__}|{_canonical(requirements)}"
+    raw = f"{qualified_name(event_type)}|{_canonical(requirements)}"
     digest = hashlib.sha256(f"{raw}|{work_item_id}".encode()).hexdigest()[:16]
     return f"waiter-{digest}"
 
