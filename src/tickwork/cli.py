@@ -61,6 +61,7 @@ from tickwork._cli.runs import (
     command_runs_show,
 )
 from tickwork._cli.watch import attach_watch
+from tickwork._cli.worker import add_parsers as add_fleet_parsers
 from tickwork._version import __version__
 from tickwork.journal import JournalError, SqliteJournal
 from tickwork.representation.draw import draw_workflow, to_mermaid
@@ -153,6 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     show.set_defaults(command=command_runs_show)
     resume.set_defaults(command=command_runs_resume)
     send.set_defaults(command=command_runs_send)
+    add_fleet_parsers(commands)
     return parser
 
 

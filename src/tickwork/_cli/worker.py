@@ -56,10 +56,10 @@ def add_parsers(commands: Any) -> None:
         "--grace", type=float, default=30.0, metavar="S", help="shutdown grace (30 s)"
     )
     worker.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
-    worker.set_defaults(handler=run_worker)
+    worker.set_defaults(command=run_worker)
     workers = commands.add_parser("workers", help="list the workers of a fleet and their runs")
     _store_arguments(workers)
-    workers.set_defaults(handler=list_workers)
+    workers.set_defaults(command=list_workers)
 
 
 def _store_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,7 +123,7 @@ def _served(spec: str, item: Any, store: JournalStore) -> Workflow:
     raise CliError(f"{spec} holds {type(item).__name__} {item!r:.60}, not a Workflow")
 
 
-def run_worker(args: argparse.Namespace) -> int:
+def run_worker(args: argparse.Namespace, console: Any) -> int:
     """``tickwork worker``: serve until SIGTERM/SIGINT, then hand the runs back."""
     store = open_store(args)
     workflows = _workflows(args.target, store)
@@ -165,7 +165,7 @@ async def _stop_on_signal(worker: Worker) -> None:
             return
 
 
-def list_workers(args: argparse.Namespace) -> int:
+def list_workers(args: argparse.Namespace, console: Any) -> int:
     """``tickwork workers``: who is alive and what they own."""
     store = open_store(args)
 
