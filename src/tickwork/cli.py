@@ -51,6 +51,7 @@ from tickwork._cli.console import (
     Console,
     one_line,
 )
+from tickwork._cli.db import add_db_command
 from tickwork._cli.journal_view import (
     entry_dict,
     get_entry,
@@ -139,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     listing.set_defaults(command=_command_runs_list)
     show.set_defaults(command=_command_runs_show)
     resume.set_defaults(command=_command_runs_resume)
+    add_db_command(commands)
     return parser
 
 
