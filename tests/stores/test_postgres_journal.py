@@ -348,6 +348,34 @@ async def test_claims_follow_priority_then_age_and_filter_workflows_and_queues(
 
 
 @pytest.mark.anyio
+async def test_claims_take_every_kind_of_claimable_run_in_one_order(
+    store: PostgresJournal,
+) -> None:
+    store.register_run("unowned", "Flow", SNAPSHOT)  # Workflow.run() without an owner
+    expired = store.register_run("expired", "Flow", SNAPSHOT, owner="w0", lease_seconds=0)
+    live = store.register_run("live", "Flow", SNAPSHOT, owner="w0")
+    for run_id, wake_in in (("due", -1.0), ("called", 3600.0), ("asleep", 3600.0)):
+        lease = store.register_run(run_id, "Flow", SNAPSHOT, owner="w0")
+        assert lease is not None
+        await store.release_run(lease, status="parked", wake_at=time.time() + wake_in)
+    await store.send("called", "send", {})
+    await store.submit_run("queued", "Flow", SNAPSHOT, start_event={})
+    await store.submit_run("first", "Flow", SNAPSHOT, start_event={}, priority=1)
+    assert expired is not None and live is not None
+
+    claims = await store.claim_runs("w1", ["Flow"], limit=10)
+    assert [c.lease.run_id for c in claims] == [
+        "first",
+        "unowned",
+        "expired",
+        "due",
+        "called",
+        "queued",
+    ]
+    assert store.renew_leases("w0", [live], 30) == {"live"}
+
+
+@pytest.mark.anyio
 async def test_a_run_claimed_too_often_without_progress_fails_as_poison(
     store: PostgresJournal,
 ) -> None:

@@ -195,7 +195,7 @@ class PostgresFleetStore(PostgresStoreBase):
 
     async def expire_owner(self, owner: str) -> int:
         sql = (
-            f"UPDATE {self._q}.runs SET lease_until = to_timestamp(0), updated_at = now() "
+            f"UPDATE {self._q}.runs SET lease_until = to_timestamp(0) "
             "WHERE owner = %s AND status = 'running' RETURNING run_id"
         )
 

@@ -76,7 +76,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                 outcome_error json,
                 elapsed_alive double precision NOT NULL DEFAULT 0,
                 created_at timestamptz NOT NULL DEFAULT now(),
-                updated_at timestamptz NOT NULL DEFAULT now()
+                updated_at timestamptz NOT NULL DEFAULT now(),
+                CHECK (owner IS NOT NULL OR lease_until IS NULL)
             )""",
             # What claims look for: queued runs in claim order, running runs by lease
             # expiry, parked runs by wake-up time; and the unfinished runs of a workflow.

@@ -19,7 +19,6 @@ __all__ = [
     "FINISHED_SQL",
     "append_statement",
     "claim_statement",
-    "claimable",
     "entry_columns",
     "entry_from_row",
     "inbox_item_from_row",
@@ -130,19 +129,22 @@ def worker_from_row(row: tuple[Any, ...]) -> WorkerEntry:
     return WorkerEntry(worker_id, dict(info or {}), started_at, last_seen, tuple(runs or ()))
 
 
-def claimable(alias: str, schema: str) -> str:
-    """The condition under which a run (of the runs table aliased ``alias``) can be
-    claimed: queued; parked and due or with an unconsumed inbox item; running with an
-    expired lease or no owner."""
-    a = f"{alias}."
-    return (
-        f"({a}status = 'queued'"
-        f" OR ({a}status = 'parked' AND ({a}wake_at <= now() OR EXISTS ("
-        f"SELECT 1 FROM {quote_ident(schema)}.inbox AS i "
-        f"WHERE i.run_id = {a}run_id AND i.consumed_seq IS NULL)))"
-        f" OR ({a}status = 'running' AND ({a}owner IS NULL OR {a}lease_until IS NULL"
-        f" OR {a}lease_until < now())))"
-    )
+# The ways a run becomes claimable, each a condition one index serves (the partial
+# indexes of the schema): queued; running with an expired lease; running without an
+# owner (which has no lease either: a CHECK constraint); parked and due; parked with an
+# unconsumed inbox item.
+_CLAIMABLE = (
+    ("queued", "c.status = 'queued'"),
+    ("expired", "c.status = 'running' AND c.lease_until < now()"),
+    ("unowned", "c.status = 'running' AND c.lease_until IS NULL"),
+    ("due", "c.status = 'parked' AND c.wake_at <= now()"),
+    (
+        "called",
+        "c.status = 'parked' AND c.run_id IN "
+        "(SELECT i.run_id FROM {schema}.inbox AS i WHERE i.consumed_seq IS NULL)",
+    ),
+)
+_CLAIM_ORDER = "ORDER BY priority DESC, created_at, run_id LIMIT %(limit)s"
 
 
 # A claim of run ``r``, or its failure as a poison run (claimed ``max_claims`` times
@@ -179,17 +181,27 @@ def claim_statement(schema: str, *, one_run: bool, by_queue: bool) -> str:
         return (
             f"UPDATE {runs} AS r SET {_TAKE} WHERE r.run_id = %(run_id)s AND ("
             "r.status IN ('queued', 'parked') OR (r.status = 'running' AND ("
-            "r.owner IS NULL OR r.lease_until IS NULL OR r.lease_until < now() "
-            f"OR r.owner = %(owner)s))) {returning}"
+            "r.lease_until IS NULL OR r.lease_until < now() OR r.owner = %(owner)s))) "
+            f"{returning}"
         )
+    # Each way of being claimable takes its first ``limit`` runs in claim order from its
+    # own index, skipping rows other claimers hold; the first ``limit`` of all of them
+    # are claimed.  (One scan with the conditions OR-ed would read every unfinished run
+    # of the workflows at each claim.)
     queue = " AND c.queue = ANY(%(queues)s)" if by_queue else ""
+    candidates = ", ".join(
+        f"{name} AS (SELECT c.run_id, c.priority, c.created_at FROM {runs} AS c "
+        f"WHERE {condition.replace('{schema}', quote_ident(schema))} "
+        f"AND c.workflow_name = ANY(%(names)s){queue} "
+        f"ORDER BY c.priority DESC, c.created_at, c.run_id LIMIT %(limit)s "
+        "FOR UPDATE OF c SKIP LOCKED)"
+        for name, condition in _CLAIMABLE
+    )
+    union = " UNION ".join(f"SELECT * FROM {name}" for name, _ in _CLAIMABLE)
     return (
-        f"UPDATE {runs} AS r SET {_TAKE} FROM ("
-        f"SELECT c.run_id FROM {runs} AS c "
-        f"WHERE c.workflow_name = ANY(%(names)s){queue} AND {claimable('c', schema)} "
-        "ORDER BY c.priority DESC, c.created_at, c.run_id "
-        "LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS picked "
-        f"WHERE r.run_id = picked.run_id {returning}"
+        f"WITH {candidates}, picked AS (SELECT run_id FROM ({union}) AS x {_CLAIM_ORDER}) "
+        f"UPDATE {runs} AS r SET {_TAKE} FROM picked WHERE r.run_id = picked.run_id "
+        f"{returning}"
     )
 
 
