@@ -486,6 +486,16 @@ async def test_workers_are_listed_with_their_runs(store: PostgresJournal) -> Non
     assert await store.list_workers() == []
 
 
+def _kill_store_connections(pg_schema: PgSchema) -> int:
+    rows = _query(
+        pg_schema.dsn,
+        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+        "WHERE application_name = %s AND pid <> pg_backend_pid()",
+        (f"tickwork:{pg_schema.schema}",),
+    )
+    return len(rows)
+
+
 # -- notifications ------------------------------------------------------------------------
 
 
@@ -524,17 +534,31 @@ async def test_wait_for_change_wakes_on_a_send_from_another_connection(
     assert woken["r1"] >= 0.75
 
 
+@pytest.mark.anyio
+async def test_a_killed_listening_connection_degrades_to_polling_then_listens_again(
+    pg_schema: PgSchema, store: PostgresJournal, other: PostgresJournal
+) -> None:
+    store.register_run("r1", "Flow", SNAPSHOT)
+    await store.wait_for_change(0.01)  # starts listening
+    _kill_store_connections(pg_schema)
+    started = time.monotonic()
+    await store.wait_for_change(0.3, run_id="r1")  # no error: the timeout is kept
+    assert 0.25 < time.monotonic() - started < 1.5
+    await anyio.sleep(1.0)  # past the reconnection pause
+    await store.wait_for_change(0.01)  # listens again
+
+    async def send_later() -> None:
+        await anyio.sleep(0.2)
+        await other.send("r1", "send", {})
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(send_later)
+        started = time.monotonic()
+        await store.wait_for_change(5.0, run_id="r1")
+    assert time.monotonic() - started < 1.0
+
+
 # -- lost connections and errors ------------------------------------------------------------
-
-
-def _kill_store_connections(pg_schema: PgSchema) -> int:
-    rows = _query(
-        pg_schema.dsn,
-        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
-        "WHERE application_name = %s AND pid <> pg_backend_pid()",
-        (f"tickwork:{pg_schema.schema}",),
-    )
-    return len(rows)
 
 
 @pytest.mark.anyio

@@ -27,6 +27,7 @@ from typing import Any
 
 try:
     import psycopg
+    import psycopg_pool  # noqa: F401  (checked here, used by postgres_core)
 except ImportError as missing:  # pragma: no cover - depends on the installation
     raise ImportError(
         "PostgresJournal needs psycopg 3 and psycopg-pool: pip install 'tickwork[postgres]'"
