@@ -51,6 +51,7 @@ from tickwork._cli.console import (
     Console,
     one_line,
 )
+from tickwork._cli.db import add_db_command
 from tickwork._cli.follow import Follow, ResumeHint, print_result, run_backend
 from tickwork._cli.journal_view import journal_problem, open_journal_for_run
 from tickwork._cli.loading import load_target, parse_assignments, workflow_instance
@@ -155,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     resume.set_defaults(command=command_runs_resume)
     send.set_defaults(command=command_runs_send)
     add_fleet_parsers(commands)
+    add_db_command(commands)
     return parser
 
 
