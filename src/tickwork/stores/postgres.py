@@ -57,6 +57,7 @@ from tickwork.stores.records import (
     StatePatch,
     StreamItem,
 )
+from tickwork.stores.remote import RemoteHandler, attach
 from tickwork.stores.store import DEFAULT_LEASE_SECONDS
 from tickwork.types import JournalRecord
 
@@ -481,3 +482,7 @@ class PostgresJournal(PostgresFleetStore):
         if workflow_name is None:
             return await self._entries(where, ())
         return await self._entries(f"{where} AND r.workflow_name = %s", (workflow_name,))
+
+    async def attach(self, run_id: str, *, serializer: Any = None) -> RemoteHandler:
+        """A handler of ``run_id`` that works from any process (see :mod:`.remote`)."""
+        return await attach(self, run_id, serializer)
