@@ -216,7 +216,14 @@ async def test_register_append_read_round_trip(store: PostgresJournal) -> None:
     )
     entry = await store.get_run("r1")
     assert entry is not None
-    assert (entry.status, entry.last_seq, entry.owner, entry.epoch) == ("completed", 2, None, 1)
+    # The lease ended; the last owner stays, so its final snapshot is still fenced.
+    assert (entry.status, entry.last_seq, entry.owner, entry.epoch) == (
+        "completed",
+        2,
+        lease.owner,
+        1,
+    )
+    assert entry.lease_until is None
     assert entry.outcome == RunOutcome(result=None)
     assert entry.start_event == {"topic": "x"}
     assert entry.options == {"timeout": 5}

@@ -233,6 +233,9 @@ class Worker:
                 await anyio.sleep(0.05)
         for run_id, active in list(self.active.items()):
             session = active.session
+            if session.state.finished:  # ending: let it write its last records
+                with anyio.move_on_after(self.options.grace):
+                    await session.done.wait()
             if session.done.is_set():
                 continue
             session.stop_here()

@@ -423,7 +423,9 @@ class PostgresJournal(PostgresFleetStore):
         outcome: RunOutcome | None = None,
     ) -> None:
         result, error = outcome_texts(outcome, self._label(run_id))
-        sets = "status = %(status)s, owner = NULL, lease_until = NULL, updated_at = now()"
+        # The lease ends; the owner and epoch stay, so the owner's last writes (the final
+        # snapshot) are still fenced by its lease (as in the reference store).
+        sets = "status = %(status)s, lease_until = NULL, updated_at = now()"
         if outcome is not None:
             sets += ", outcome_result = %(result)s::json, outcome_error = %(error)s::json"
         sql = f"UPDATE {self._q}.runs SET {sets} WHERE {fence_sql(lease)}"

@@ -231,8 +231,7 @@ def append_statement(
             "status = %(final)s",
             "outcome_result = %(result)s::json",
             "outcome_error = %(error)s::json",
-            "owner = NULL",
-            "lease_until = NULL",
+            "lease_until = NULL",  # the owner stays: its final snapshot is still fenced
         ]
     if fenced:
         where += ["owner = %(owner)s", "epoch = %(epoch)s"]
