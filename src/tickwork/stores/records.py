@@ -30,9 +30,7 @@ __all__ = [
     "WorkerEntry",
 ]
 
-RunStatus = Literal[
-    "queued", "running", "parked", "completed", "failed", "timed_out", "cancelled"
-]
+RunStatus = Literal["queued", "running", "parked", "completed", "failed", "timed_out", "cancelled"]
 """``queued``: submitted, never claimed yet; ``running``: owned by a worker (or a process
 running it with ``Workflow.run()``); ``parked``: only waiting (waiters, timers), owned by
 nobody and held in no memory; the rest are terminal outcomes (``cancelled`` runs can

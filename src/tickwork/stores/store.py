@@ -234,9 +234,7 @@ class JournalStore(Protocol):
         worker holds a live lease on it)."""
         ...
 
-    def renew_leases(
-        self, owner: str, leases: Sequence[Lease], lease_seconds: float
-    ) -> set[str]:
+    def renew_leases(self, owner: str, leases: Sequence[Lease], lease_seconds: float) -> set[str]:
         """Extend ``owner``'s leases in one statement; the ids of the runs still held
         (a lease missing from the result was lost).  Blocking: a renewal thread calls
         it."""
