@@ -207,7 +207,9 @@ async def test_the_right_lease_writes_everything(store: Any) -> None:
     await store.append("r", [rec(2)], lease=lease)
     await store.mark_finished("r", "completed", lease=lease)
     entry = await store.get_run("r")
-    assert entry is not None and entry.status == "completed" and entry.owner is None
+    assert entry is not None and entry.status == "completed" and entry.lease_until is None
+    # The final snapshot, written after the outcome, is still fenced by the same lease.
+    await store.write_snapshot("r", 3, snap(3), lease=lease)
 
 
 async def test_register_with_an_owner_takes_over_only_an_expired_lease(store: Any) -> None:

@@ -147,7 +147,8 @@ async def test_the_outcome_is_stored_with_the_final_status(store: Any, outcome: 
     await store.append("r", [rec(0)], None, status, lease=lease, outcome=outcome)
     entry = await store.get_run("r")
     assert entry is not None and entry.finished
-    assert (entry.status, entry.owner, entry.lease_until) == (status, None, None)
+    # The lease ends; the last owner stays (its final snapshot is still fenced by it).
+    assert (entry.status, entry.owner, entry.lease_until) == (status, lease.owner, None)
     assert entry.outcome == outcome
     assert await store.list_unfinished() == []
     assert await store.claim_run("r", "w2") is None
