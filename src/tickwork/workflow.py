@@ -416,6 +416,7 @@ class Workflow(metaclass=WorkflowMeta):
         run_id: str | None,
         options: Mapping[str, Any] | None,
         lease: Lease | None = None,
+        lease_seconds: float | None = None,
     ) -> WorkflowHandler:
         """Start (or resume) a run; ``options`` are a journaled run's stored options.
 
@@ -463,7 +464,11 @@ class Workflow(metaclass=WorkflowMeta):
             journal_store=None if isinstance(self._journal, bool) else self._journal,
             serializer=ctx._serializer,
         )
-        session.register(None if resumable is not None else {"timeout": config.timeout}, lease)
+        session.register(
+            None if resumable is not None else {"timeout": config.timeout},
+            lease,
+            lease_seconds,
+        )
         ctx._bind_run(session)
         _LIVE_RUNS[run_id] = session
         session.start()

@@ -19,9 +19,9 @@ from typing import Any
 import anyio
 
 from tickwork._cli.console import CliError
+from tickwork._cli.journal_view import open_runs_store
 from tickwork._cli.loading import _import_module
 from tickwork.fleet.worker import Worker, WorkerOptions
-from tickwork.stores.records import JournalError
 from tickwork.stores.store import JournalStore
 from tickwork.workflow import Workflow
 
@@ -71,24 +71,7 @@ def _store_arguments(parser: argparse.ArgumentParser) -> None:
 
 def open_store(args: argparse.Namespace) -> JournalStore:
     """The store ``--dsn`` or ``--journal`` names (a one-line error if it cannot be used)."""
-    try:
-        if args.dsn:
-            from tickwork.stores.postgres import PostgresJournal
-
-            store: JournalStore = PostgresJournal(args.dsn, schema=args.schema)
-        else:
-            from tickwork.stores.sqlite import SqliteJournal
-
-            store = SqliteJournal(args.journal)
-        check = getattr(store, "check", None)
-        if check is not None:
-            check()
-    except ImportError as error:
-        raise CliError(
-            f'--dsn needs the Postgres extra: pip install "tickwork[postgres]" ({error})'
-        ) from None
-    except JournalError as error:
-        raise CliError(str(error).splitlines()[0]) from None
+    store: JournalStore = open_runs_store(args, for_run=True)
     return store
 
 

@@ -159,9 +159,15 @@ class Worker:
 
     async def _start(self, claim: Claim) -> None:
         run_id = claim.lease.run_id
+        stale = self.active.pop(run_id, None)
+        if stale is not None:
+            # Its lease expired before we renewed it (a stalled process): that session is
+            # fenced off now; stop it before the new one starts.
+            stale.session.stop_here()
+            await stale.session.host_done.wait()
         workflow = self.workflows[claim.entry.workflow_name]
         try:
-            handler = await resume_claimed(workflow, claim)
+            handler = await resume_claimed(workflow, claim, self.options.lease_seconds)
         except LeaseLost as error:
             _log.warning("run %s was taken over while it was loaded: %s", run_id, error)
             return

@@ -317,7 +317,12 @@ class RunSession:
         finally:
             slots.release()
 
-    def register(self, options: Mapping[str, Any] | None, lease: Lease | None = None) -> None:
+    def register(
+        self,
+        options: Mapping[str, Any] | None,
+        lease: Lease | None = None,
+        lease_seconds: float | None = None,
+    ) -> None:
         """Make a journaled run recoverable before ``run()`` returns its handler.
 
         A new run stores its start event and ``options`` with its starting snapshot in
@@ -327,6 +332,8 @@ class RunSession:
         """
         if self.writer is None or self.ownership is None:
             return
+        if lease_seconds is not None:
+            self.ownership.lease_seconds = lease_seconds
         owned = self.writer.register(
             self.state,
             self.start_event,
