@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import secrets
 import string
 import weakref
@@ -64,11 +65,19 @@ class WorkflowMeta(type):
 
 
 def _check_timeout(timeout: Any) -> None:
+    """``None`` (no budget) or a positive finite number of seconds; ``0`` is refused
+    because a run that times out before its first step is never what was meant."""
     if timeout is None:
         return
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
         raise WorkflowValidationError(
-            f"Workflow(timeout={timeout!r}): timeout must be None or a number >= 0"
+            f"Workflow(timeout={timeout!r}): timeout must be None (no timeout) or a "
+            "positive finite number of seconds"
         )
 
 

@@ -10,6 +10,7 @@ step) is much harder to debug than an error at the call.
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import AsyncIterator, Sequence
@@ -47,6 +48,20 @@ _STEP = "a step (the context passed to a step function)"
 _COMPOSED: weakref.WeakKeyDictionary[Any, dict[int, tuple[BaseSerializer, BaseSerializer]]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def _check_wait_timeout(timeout: Any) -> None:
+    valid = (
+        not isinstance(timeout, bool)
+        and isinstance(timeout, (int, float))
+        and math.isfinite(timeout)
+        and timeout > 0
+    )
+    if not valid:
+        raise ValueError(
+            f"wait_for_event(timeout={timeout!r}): timeout must be None (no deadline) or "
+            "a positive finite number of seconds"
+        )
 
 
 def _compose_serializer(
@@ -295,7 +310,13 @@ class Context(Generic[MODEL_T]):
         requirements: dict[str, Any] | None = None,
         timeout: float | None = 2000,
     ) -> Any:
-        """Suspend this invocation until an event of ``event_type`` arrives (see docs)."""
+        """Suspend this invocation until an event of ``event_type`` arrives (see docs).
+
+        ``timeout`` is ``None`` (wait without a deadline) or a positive finite number of
+        seconds; anything else raises ``ValueError`` naming it.
+        """
+        if timeout is not None:
+            _check_wait_timeout(timeout)
         scope = self._step_scope("wait_for_event")
         return scope.wait_for(event_type, waiter_event, waiter_id, requirements, timeout)
 

@@ -26,6 +26,10 @@ class wait_fixed(_WaitStrategyBase):
 
     def __init__(self, wait: time_unit_type) -> None:
         self.wait = _to_seconds(wait, "wait")
+        if not 0 <= self.wait < math.inf:
+            raise ValueError(
+                f"wait_fixed(wait={wait!r}): wait must be a finite number of seconds >= 0"
+            )
 
     def __call__(self, attempts: int, *, seed: int | None = None) -> float:
         return self.wait
