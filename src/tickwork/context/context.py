@@ -178,6 +178,11 @@ class Context(Generic[MODEL_T]):
         serializer: BaseSerializer | None = None,
     ) -> Context[Any]:
         """A pre-run Context rebuilt from a snapshot (``ContextSerdeError`` if invalid)."""
+        if data is None:
+            raise ContextSerdeError(
+                "cannot load snapshot: expected the dict Context.to_dict() returned, got "
+                "None; use Context(workflow) for a fresh run"
+            )
         return cls(workflow, previous_context=data, serializer=serializer)
 
     # -- face plumbing ---------------------------------------------------------------
