@@ -2,7 +2,7 @@
 
 The constructor infers the start and stop event classes from the step signatures;
 ``run()`` validates once (cached), builds the reducer's config once per instance and
-starts a run on the caller's event loop, returning its :class:`WorkflowHandler`.
+starts a run on the caller's event loop, returning its ``WorkflowHandler``.
 """
 
 from __future__ import annotations
@@ -482,14 +482,14 @@ class Workflow(metaclass=WorkflowMeta):
         priority: int = 0,
         **kwargs: Any,
     ) -> RemoteHandler:
-        """Queue a run for a worker fleet and return its :class:`RemoteHandler`.
+        """Queue a run for a worker fleet and return its ``RemoteHandler``.
 
         The run is durable in the workflow's journal store when this returns, and any
         ``tickwork worker`` serving this workflow (and ``queue``) may claim it; higher
         ``priority`` runs are claimed first.  Idempotent on ``run_id``: submitting an
         existing run id again starts nothing and returns a handler of that run.  The
         start event is built from ``kwargs`` (or given as ``start_event``), as for
-        :meth:`run`, which stays local to this process.
+        ``run``, which stays local to this process.
         """
         store = self._journal
         if store is None or isinstance(store, bool):

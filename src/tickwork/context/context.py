@@ -3,7 +3,7 @@
 A Context has three *faces*.  A new one is **pre-run** (it may carry a snapshot and a
 staging store).  ``workflow.run(ctx=ctx)`` turns that same object into the **handler**
 face of the run.  Each invocation gets its own **step** face.  Calling a member in the
-wrong face raises :class:`~tickwork.errors.ContextStateError` naming the member and the
+wrong face raises ``ContextStateError`` naming the member and the
 face it needs, because a silently wrong answer (a send into nowhere, a collect outside a
 step) is much harder to debug than an error at the call.
 """

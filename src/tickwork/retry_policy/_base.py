@@ -21,7 +21,7 @@ from tickwork.retry_policy._adapters import (
 )
 
 time_unit_type = int | float | timedelta
-"""A duration: seconds as a number, or a :class:`~datetime.timedelta`."""
+"""A duration: seconds as a number, or a ``timedelta``."""
 
 _ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -45,7 +45,7 @@ class RetryPolicy(Protocol):
     so far (1 at the first failure) and ``elapsed_time`` counts from the dispatch of the
     first attempt to this failure.  The runtime passes ``seed`` (for deterministic jitter)
     only when ``next`` declares a parameter of that name, so older policies keep working
-    (see :func:`call_policy`).
+    (see ``call_policy``).
     """
 
     def next(

@@ -146,7 +146,7 @@ class wait_exponential_jitter(_WaitStrategyBase):
 
 
 class wait_random_exponential(wait_exponential):
-    """A uniform draw between ``min`` and :class:`wait_exponential`'s delay.
+    """A uniform draw between ``min`` and ``wait_exponential``'s delay.
 
     That is ``U(min, max(max(0, min), min(multiplier * exp_base**n, max)))``: the window
     grows exponentially, and the delay is never below ``min``.
@@ -163,5 +163,5 @@ def wait_full_jitter(
     max: time_unit_type = 60.0,
     min: time_unit_type = 0.0,
 ) -> wait_random_exponential:
-    """Another name for :class:`wait_random_exponential` with the same arguments."""
+    """Another name for ``wait_random_exponential`` with the same arguments."""
     return wait_random_exponential(multiplier=multiplier, exp_base=exp_base, max=max, min=min)

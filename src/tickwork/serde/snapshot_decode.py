@@ -1,8 +1,8 @@
 """Reading snapshots (format version 2, api.md §10.3) back into a run state.
 
-:func:`decode_snapshot` validates a snapshot and rebuilds the run state; every problem is
+``decode_snapshot`` validates a snapshot and rebuilds the run state; every problem is
 a ``ContextSerdeError`` that names the key, step or class.  Writing them is
-:mod:`tickwork.serde.snapshot`'s job.
+``tickwork.serde.snapshot``'s job.
 """
 
 from __future__ import annotations
