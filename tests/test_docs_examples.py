@@ -437,6 +437,31 @@ def test_quickstart_example(backend: str, tmp_path: Path) -> None:
     assert lines[-1] == "result: " + " ".join(w.upper() for w in words)
 
 
+def test_quickstart_without_trio_says_how_to_install_it(tmp_path: Path) -> None:
+    """``--backend trio`` without trio: one line naming the extra, exit status 2."""
+    blocker = tmp_path / "blocker" / "trio"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text(
+        'raise ImportError("trio is blocked for this test")\n', encoding="utf-8"
+    )
+    paths = [str(blocker.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    proc = subprocess.run(
+        [sys.executable, str(QUICKSTART), "--backend", "trio"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 2, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        'trio is not installed; install it with: pip install "tickwork[trio]"'
+    ]
+
+
 def test_docs_build_strict(tmp_path: Path) -> None:
     """``mkdocs build --strict``: no broken links, no missing pages, no bad config."""
     pytest.importorskip("mkdocs")
