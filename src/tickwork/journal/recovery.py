@@ -31,7 +31,7 @@ _log = logging.getLogger("tickwork.journal")
 
 
 class RecoveryResult(dict[str, WorkflowHandler]):
-    """What :func:`recover_runs` did: ``{run_id: handler}`` of the runs it resumed.
+    """What ``recover_runs`` did: ``{run_id: handler}`` of the runs it resumed.
 
     It is a plain dict of handlers, plus ``failed``: ``{run_id: exception}`` for the
     runs it could not resume (each also logged as an error naming the run and the
@@ -165,8 +165,8 @@ async def recover_runs(*workflows: Any) -> RecoveryResult:
     workflow by ``workflow_name``.  Only runs nobody else holds are taken: unowned
     runs, runs whose lease expired, and the runs of a process of this machine that died
     (two processes sharing one store never both resume a run).  Runs that were cancelled
-    with ``cancel_run()`` are not resumed automatically (use :func:`resume_run`).  Returns a
-    :class:`RecoveryResult`: ``{run_id: handler}`` of the resumed runs, with the runs
+    with ``cancel_run()`` are not resumed automatically (use ``resume_run``).  Returns a
+    ``RecoveryResult``: ``{run_id: handler}`` of the resumed runs, with the runs
     that could not be resumed in ``.failed`` (logged too); one bad run never blocks the
     others.
     """

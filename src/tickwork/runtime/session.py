@@ -1,6 +1,6 @@
 """One run hosted in this process: the loop's adapter and the handler's backend.
 
-A :class:`RunSession` is created by ``Workflow.run()``.  It owns the run's published
+A ``RunSession`` is created by ``Workflow.run()``.  It owns the run's published
 event stream, its outcome, the latest reduced state (so snapshots and
 ``running_steps()`` are O(state), never a replay), and the task that drives
 ``control_loop``.  The task is spawned on the caller's event loop (asyncio task or trio
@@ -95,7 +95,7 @@ class DoneFlag:
         self._event: anyio.Event | None = None
 
     def is_set(self) -> bool:
-        """Whether :meth:`set` was called."""
+        """Whether ``set`` was called."""
         return self._set
 
     def set(self) -> None:
@@ -376,8 +376,8 @@ class RunSession:
     def stop_here(self) -> None:
         """Stop this session without ending the run (a worker parks it or hands it back).
 
-        Nothing is published and no outcome is recorded; await :attr:`host_done` before
-        reading the final :attr:`state`.
+        Nothing is published and no outcome is recorded; await ``host_done`` before
+        reading the final ``state``.
         """
         if self.exit is not None or self.done.is_set():
             return
@@ -427,7 +427,7 @@ class RunSession:
         report: Callable[[Invocation, StepOutcome], None],
         started: Callable[[str], None],
     ) -> Coroutine[Any, Any, None]:
-        """The coroutine executing one invocation (see :mod:`tickwork.runtime.step_worker`),
+        """The coroutine executing one invocation (see ``tickwork.runtime.step_worker``),
         returned as is: a worker task is one coroutine over the step body."""
         return execute_invocation(self, invocation, post, report, started)
 

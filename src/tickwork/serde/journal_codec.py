@@ -1,7 +1,7 @@
 """Encoding ticks as JSON-compatible journal records, and back.
 
 A record is ``{"type": <tick kind>, "stamped_at": <epoch seconds>, ...}``.  Events are
-stored in the serializer's record form (:meth:`BaseSerializer.to_record`: a model
+stored in the serializer's record form (``BaseSerializer.to_record``: a model
 envelope dict for ``JsonSerializer``, text for other serializers), exceptions as
 ``{"exception_type", "exception_message"}`` dicts (api.md §4.9), event classes as
 qualified names.  Waiter requirements are stored as serializer text, and must survive it
