@@ -17,9 +17,9 @@ from typing import Any
 
 import anyio
 import pytest
-
 from tests.cli_fixtures.commands import ROOT, command_env, tickwork
 from tests.cli_fixtures.flows import Echo, Interview, Reply
+
 from tickwork.journal import SqliteJournal
 
 FLOWS = "tests.cli_fixtures.flows"
@@ -77,9 +77,7 @@ def test_a_worker_process_runs_submitted_runs_and_hands_back_on_sigterm(where: A
 
     async def submit() -> Any:
         echo = await Echo(journal=store).submit(run_id="echo-1", text="hi")
-        interview = await Interview(journal=store, timeout=None).submit(
-            run_id="iv-2", topic="tea"
-        )
+        interview = await Interview(journal=store, timeout=None).submit(run_id="iv-2", topic="tea")
         return echo, interview
 
     echo, interview = anyio.run(submit)
