@@ -41,7 +41,7 @@ def qualified_name(cls: type) -> str:
     """``module.qualname`` of a class: the name envelopes and exception dicts carry.
 
     A class of the ``__main__`` module is named after the module's importable name
-    (see :func:`main_module_name`), so that what a script journals can be read by
+    (see ``main_module_name``), so that what a script journals can be read by
     another process that imports the script as a module.
     """
     module = cls.__module__

@@ -24,7 +24,7 @@ instantiates, or a ready Workflow instance.  ``key=value`` arguments become the 
 event's fields: a value that parses as JSON is used as such (``count=3``,
 ``tags='["a","b"]'``, ``ok=true``), anything else is a string (``name=Ada``).  The
 ``runs`` commands find a run's workflow by the name recorded with it when
-``--workflow`` is not given (see :mod:`tickwork._cli.runs`).
+``--workflow`` is not given (see ``tickwork._cli.runs``).
 
 Output: the run's result goes to **stdout** (as JSON when it can be encoded, else its
 ``repr``); progress goes to **stderr**: steps starting and finishing (or failing, with

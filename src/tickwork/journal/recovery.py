@@ -122,12 +122,23 @@ async def load_run(workflow: Any, run_id: str) -> Context[Any]:
 async def resume_run(workflow: Any, run_id: str) -> WorkflowHandler:
     """Continue the journaled run ``run_id`` under its own id and options; its handler.
 
-    Raises ``JournalError`` naming the run when the store does not know it.
+    Raises ``JournalError`` naming the run when the store does not know it, and
+    ``LeaseLost`` when a live process holds the run (the runs of a process of this
+    machine that died are taken over at once).
     """
-    entry = await _store_of(workflow).get_run(run_id)
+    store = _store_of(workflow)
+    entry = await store.get_run(run_id)
     if entry is None:
         raise JournalError(f"the journal has no run {run_id!r}")
+    await _expire_if_dead_local_owner(store, entry)
     return await _resume(workflow, entry)
+
+
+async def _expire_if_dead_local_owner(store: JournalStore, entry: RunEntry) -> None:
+    """Free the runs of a process of this machine that has died (killed, or exited
+    without handing its runs back): nobody else can hold that lease any more."""
+    if entry.owner is not None and owner_is_dead_local_process(entry.owner):
+        await store.expire_owner(entry.owner)
 
 
 async def _resume(
@@ -135,8 +146,13 @@ async def _resume(
     entry: RunEntry,
     lease: Lease | None = None,
     lease_seconds: float | None = None,
+    *,
+    ctx: Context[Any] | None = None,
 ) -> WorkflowHandler:
-    ctx = await load_run(workflow, entry.run_id)
+    """Start ``entry``'s run again from ``ctx`` (its loaded journal; loaded here when
+    not given)."""
+    if ctx is None:
+        ctx = await load_run(workflow, entry.run_id)
     state = ctx._current_run_state()
     start = None
     if state.journal_seq == 0 and not state.is_running and entry.start_event is not None:
@@ -202,12 +218,15 @@ async def _recover_one(
     the runs of a dead process of this machine are taken at once), or it had in fact
     finished durably.
     """
-    if entry.owner is not None and owner_is_dead_local_process(entry.owner):
-        await store.expire_owner(entry.owner)
+    # Load before claiming: a journal that cannot be loaded is reported with nothing
+    # in the store changed (not even its owner).
+    ctx = await load_run(workflow, entry.run_id)
+    await _expire_if_dead_local_owner(store, entry)
     claim = await store.claim_run(entry.run_id, process_owner())
     if claim is None:
         return None
-    ctx = await load_run(workflow, entry.run_id)
+    if claim.entry.last_seq != entry.last_seq:  # it moved on in between: load it again
+        ctx = await load_run(workflow, entry.run_id)
     state = ctx._current_run_state()
     if state.finished and state.status != "cancelled":
         await store.mark_finished(
@@ -216,4 +235,4 @@ async def _recover_one(
             lease=claim.lease,
         )
         return None
-    return await _resume(workflow, claim.entry, claim.lease)
+    return await _resume(workflow, claim.entry, claim.lease, ctx=ctx)
