@@ -19,8 +19,9 @@ from tickwork.errors import WorkflowCancelledByUser
 from tickwork.events import InputRequiredEvent
 from tickwork.fleet import Worker, WorkerOptions
 from tickwork.journal import InMemoryJournal
+from tickwork.journal.recovery import resume_claimed
 from tickwork.serde.serializers import JsonSerializer
-from tickwork.stores.records import JournalError
+from tickwork.stores.records import JournalError, LeaseLost
 
 pytestmark = pytest.mark.anyio
 
@@ -137,3 +138,39 @@ async def test_a_send_to_a_finished_run_raises() -> None:
     await serving(worker, body)
     with pytest.raises(JournalError, match="f1"):
         await handler.send_event(Answer(value="late"))
+
+
+class Stuck(Workflow):
+    """Its step never returns: each session of the run dies inside it (a poison run)."""
+
+    started: list[str] = []
+
+    @step
+    async def hang(self, ev: StartEvent) -> StopEvent:
+        Stuck.started.append("hang")
+        await anyio.sleep_forever()
+        return StopEvent()
+
+
+async def test_a_run_whose_every_session_dies_in_a_step_fails_as_poison() -> None:
+    store = InMemoryJournal()
+    flow = Stuck(journal=store)
+    Stuck.started.clear()
+    await flow.submit(run_id="stuck")
+    sessions = 0
+    with anyio.fail_after(10):
+        while claim := await store.claim_run("stuck", f"w{sessions}", max_claims=3):
+            assert sessions < 10, "the run was never failed as poison"
+            handler = await resume_claimed(flow, claim)
+            while len(Stuck.started) == sessions:  # its session journaled, then ran the step
+                await anyio.sleep(0.01)
+            handler._session.lose_lease(LeaseLost("the worker died"))  # writes nothing more
+            await store.expire_owner(claim.lease.owner)
+            sessions += 1
+    entry = await store.get_run("stuck")
+    assert entry is not None and entry.status == "failed" and entry.outcome is not None
+    assert entry.outcome.error is not None
+    message = entry.outcome.error["exception_message"]
+    assert "run 'stuck' was claimed 3 times without progress" in message
+    # The first session journaled the start event (progress); the next three did not.
+    assert sessions == 4
