@@ -21,7 +21,7 @@ from tickwork.fleet import Worker, WorkerOptions
 from tickwork.journal import InMemoryJournal
 from tickwork.journal.recovery import resume_claimed
 from tickwork.serde.serializers import JsonSerializer
-from tickwork.stores.records import JournalError, LeaseLost
+from tickwork.stores.records import JournalError, Lease, LeaseLost
 
 pytestmark = pytest.mark.anyio
 
@@ -223,3 +223,20 @@ async def test_a_parked_run_claimed_to_wake_is_not_parked_again_first(wake: str)
     assert (worker.claimed, worker.parked) == (2, 1)
     entry = await store.get_run("w1")
     assert entry is not None and entry.status == "completed"
+
+
+async def test_a_finished_run_is_never_released() -> None:
+    store = InMemoryJournal()
+    handler = await Echo(journal=store).submit(run_id="done", text="x")
+    worker = Worker([Echo(journal=store)], store, WorkerOptions(poll_seconds=0.05))
+
+    async def body() -> Any:
+        return await handler
+
+    await serving(worker, body)
+    entry = await store.get_run("done")
+    assert entry is not None and entry.owner is not None
+    lease = Lease("done", entry.owner, entry.epoch)  # its last owner still holds the fence
+    with pytest.raises(LeaseLost, match=r"run 'done'.*has finished \(completed\)"):
+        await store.release_run(lease, status="queued")
+    assert (await store.get_run("done")).status == "completed"  # type: ignore[union-attr]

@@ -273,6 +273,21 @@ async def test_a_fenced_append_after_a_takeover_is_refused_and_writes_nothing(
 
 
 @pytest.mark.anyio
+async def test_a_finished_run_is_never_released(store: PostgresJournal) -> None:
+    lease = store.register_run("r1", "Flow", SNAPSHOT, owner="w1")
+    assert lease is not None
+    await store.append("r1", _records(0), final_status="completed", lease=lease)
+    # Its last owner still holds the fence (for its final snapshot), but giving the run
+    # back would have it run again.
+    for status in ("queued", "parked"):
+        with pytest.raises(LeaseLost, match=r"run 'r1'.*has finished \(completed\)"):
+            await store.release_run(lease, status=status)  # type: ignore[arg-type]
+    entry = await store.get_run("r1")
+    assert entry is not None and entry.status == "completed"
+    assert await store.claim_runs("w2", ["Flow"]) == []
+
+
+@pytest.mark.anyio
 async def test_register_run_takes_over_only_an_expired_or_own_lease(
     store: PostgresJournal,
 ) -> None:

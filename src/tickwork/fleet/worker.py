@@ -221,11 +221,15 @@ class Worker:
         await self._put_back(session, active.claim, park=True)
 
     async def _put_back(self, session: RunSession, claim: Claim, *, park: bool) -> None:
-        """Park a stopped session's run (or hand it back when it is not only waiting)."""
+        """Park a stopped session's run (or hand it back when it is not only waiting).
+
+        A run that ended meanwhile is left as it is: its final records are written, and
+        handing it back would have it run again.
+        """
         state = session.state
         writer = session.writer
         lease = session.ownership.lease if session.ownership is not None else claim.lease
-        if lease is None or writer is None:
+        if lease is None or writer is None or state.finished:
             return
         try:
             if park and _parkable(state) and writer.settled:

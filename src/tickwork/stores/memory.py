@@ -426,6 +426,11 @@ class InMemoryJournal:
     ) -> None:
         run = self._run(lease.run_id)
         self._fence(lease.run_id, run, lease, f"releasing the run as {status}")
+        if run.status in FINISHED:  # given back, it would run again
+            raise LeaseLost(
+                f"run {lease.run_id!r}: releasing the run as {status} refused: the run has "
+                f"finished ({run.status})"
+            )
         run.status = status
         run.owner = None
         run.lease_until = None
