@@ -273,6 +273,21 @@ async def test_a_fenced_append_after_a_takeover_is_refused_and_writes_nothing(
 
 
 @pytest.mark.anyio
+async def test_a_finished_run_is_never_released(store: PostgresJournal) -> None:
+    lease = store.register_run("r1", "Flow", SNAPSHOT, owner="w1")
+    assert lease is not None
+    await store.append("r1", _records(0), final_status="completed", lease=lease)
+    # Its last owner still holds the fence (for its final snapshot), but giving the run
+    # back would have it run again.
+    for status in ("queued", "parked"):
+        with pytest.raises(LeaseLost, match=r"run 'r1'.*has finished \(completed\)"):
+            await store.release_run(lease, status=status)  # type: ignore[arg-type]
+    entry = await store.get_run("r1")
+    assert entry is not None and entry.status == "completed"
+    assert await store.claim_runs("w2", ["Flow"]) == []
+
+
+@pytest.mark.anyio
 async def test_register_run_takes_over_only_an_expired_or_own_lease(
     store: PostgresJournal,
 ) -> None:
@@ -406,6 +421,33 @@ async def test_a_run_claimed_too_often_without_progress_fails_as_poison(
     assert await store.claim_run("poison", "w") is None
     fine_entry = await store.get_run("fine")
     assert fine_entry is not None and fine_entry.claims_without_progress == 1
+
+
+@pytest.mark.anyio
+async def test_a_sessions_opening_record_alone_is_not_progress(store: PostgresJournal) -> None:
+    # Each claim starts a session that journals its opening record before any step runs:
+    # a run killing every worker that takes it appends that much each time, and must
+    # still be failed as poison.
+    await store.submit_run("poison", "Flow", SNAPSHOT, start_event={})
+    opening = {"type": "session_start", "stamped_at": 0.0, "run_id": "poison"}
+    for claims in (1, 2):
+        [claim] = await store.claim_runs("w", ["Flow"], lease_seconds=0, max_claims=2)
+        seq = claim.entry.last_seq + 1
+        await store.append("poison", [JournalRecord(seq, opening)], lease=claim.lease)
+        entry = await store.get_run("poison")
+        assert entry is not None and entry.claims_without_progress == claims
+    assert await store.claim_runs("w", ["Flow"], lease_seconds=0, max_claims=2) == []
+    entry = await store.get_run("poison")
+    assert entry is not None and entry.status == "failed"
+
+    # Anything more is progress.
+    await store.submit_run("fine", "Flow", SNAPSHOT, start_event={})
+    [claim] = await store.claim_runs("w", ["Flow"], lease_seconds=0, max_claims=2)
+    seq = claim.entry.last_seq + 1
+    records = [JournalRecord(seq, opening), *_records(seq + 1)]
+    await store.append("fine", records, lease=claim.lease)
+    entry = await store.get_run("fine")
+    assert entry is not None and entry.claims_without_progress == 0
 
 
 # -- inbox, parking and the stream ---------------------------------------------------------

@@ -64,6 +64,8 @@ class WorkerOptions:
 class _Active:
     claim: Claim
     handler: WorkflowHandler
+    since: float
+    """When this worker took the run (idle time counts from then at the earliest)."""
 
     @property
     def session(self) -> RunSession:
@@ -176,7 +178,7 @@ class Worker:
             await self._fail(claim, error)
             return
         handler._session.discard_stream()
-        self.active[run_id] = _Active(claim, handler)
+        self.active[run_id] = _Active(claim, handler, time.time())
 
     async def _fail(self, claim: Claim, error: BaseException) -> None:
         failure = JournalError(f"run {claim.lease.run_id!r} cannot be run: {error}")
@@ -200,10 +202,22 @@ class Worker:
                     self.lost += 1
                 del self.active[run_id]
                 continue
-            state = session.state
-            last = state.last_alive_stamp or now
-            if _parkable(state) and now - last >= self.options.idle_release:
+            if await self._idle(run_id, active, now):
                 await self._park(run_id, active)
+
+    async def _idle(self, run_id: str, active: _Active, now: float) -> bool:
+        """Whether a run only waits, has done so for ``idle_release`` seconds, and has
+        nothing to get to: no passed deadline, no inbox item (a run is usually claimed
+        for one of those, before its session could take it)."""
+        state = active.session.state
+        # Its last input may be older than this claim (the run was parked).
+        last = max(state.last_alive_stamp or now, active.since)
+        if not _parkable(state) or now - last < self.options.idle_release:
+            return False
+        deadline = _earliest_deadline(state)
+        if deadline is not None and deadline <= now:
+            return False
+        return not await self.store.read_inbox(run_id)
 
     async def _park(self, run_id: str, active: _Active) -> None:
         session = active.session
@@ -213,11 +227,15 @@ class Worker:
         await self._put_back(session, active.claim, park=True)
 
     async def _put_back(self, session: RunSession, claim: Claim, *, park: bool) -> None:
-        """Park a stopped session's run (or hand it back when it is not only waiting)."""
+        """Park a stopped session's run (or hand it back when it is not only waiting).
+
+        A run that ended meanwhile is left as it is: its final records are written, and
+        handing it back would have it run again.
+        """
         state = session.state
         writer = session.writer
         lease = session.ownership.lease if session.ownership is not None else claim.lease
-        if lease is None or writer is None:
+        if lease is None or writer is None or state.finished:
             return
         try:
             if park and _parkable(state) and writer.settled:

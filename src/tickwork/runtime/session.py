@@ -345,6 +345,10 @@ class RunSession:
         self.ownership.hold(owned, self.lose_lease)
 
     async def _drive(self) -> None:
+        if self.exit is not None:
+            # Stopped (a worker parked the run, or handed it back) or its lease lost before
+            # the task began: the run must not move here, not even journal a record.
+            return
         self.run_span = start_run_span(
             self.run_id, self.config.workflow_name, self.start_event, self.start_event is None
         )

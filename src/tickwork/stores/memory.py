@@ -33,7 +33,7 @@ from tickwork.stores.records import (
     WorkerEntry,
 )
 from tickwork.stores.remote import RemoteHandler, attach
-from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS
+from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS, is_progress
 from tickwork.types import JournalRecord
 
 __all__ = ["InMemoryJournal"]
@@ -249,7 +249,7 @@ class InMemoryJournal:
             ]
         for item in stream:
             run.stream[item.seq] = StreamItem(item.seq, copy.deepcopy(item.event))
-        if records:
+        if is_progress(records):
             run.claims_without_progress = 0
         if final_status is not None:
             # The lease ends; the owner and epoch stay, so that the owner's last writes
@@ -431,6 +431,11 @@ class InMemoryJournal:
     ) -> None:
         run = self._run(lease.run_id)
         self._fence(lease.run_id, run, lease, f"releasing the run as {status}")
+        if run.status in FINISHED:  # given back, it would run again
+            raise LeaseLost(
+                f"run {lease.run_id!r}: releasing the run as {status} refused: the run has "
+                f"finished ({run.status})"
+            )
         run.status = status
         run.owner = None
         run.lease_until = None

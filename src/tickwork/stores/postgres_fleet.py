@@ -36,6 +36,7 @@ from tickwork.stores.records import (
     InboxKind,
     JournalError,
     Lease,
+    LeaseLost,
     RunEntry,
     StreamItem,
     WorkerEntry,
@@ -176,7 +177,7 @@ class PostgresFleetStore(PostgresStoreBase):
         sql = (
             f"UPDATE {self._q}.runs SET status = %(status)s, owner = NULL, "
             "lease_until = NULL, wake_at = to_timestamp(%(wake_at)s), updated_at = now() "
-            f"WHERE {fence_sql(lease)}"
+            f"WHERE {fence_sql(lease)} AND status NOT IN {FINISHED_SQL}"
         )
         params = fence_params(run_id, lease) | {
             "status": status,
@@ -188,10 +189,23 @@ class PostgresFleetStore(PostgresStoreBase):
                 return
             if conn.execute(sql, params).rowcount == 0:
                 what = f"releasing the run as {status}"
-                raise self._refused(conn, run_id, lease, what, None)
+                raise self._finished(conn, run_id, what) or self._refused(
+                    conn, run_id, lease, what, None
+                )
             self._notify(conn, run_id)
 
         await self._call(write, action=f"releasing the run as {status}", run_id=run_id)
+
+    def _finished(self, conn: Connection, run_id: str, what: str) -> LeaseLost | None:
+        """The error of a write refused because ``run_id`` has finished (else ``None``):
+        a finished run is never given back, so that it cannot run again."""
+        row = conn.execute(
+            f"SELECT status FROM {self._q}.runs WHERE run_id = %s AND status IN {FINISHED_SQL}",
+            (run_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        return LeaseLost(f"{self._label(run_id)}: {what} refused: the run has finished ({row[0]})")
 
     async def expire_owner(self, owner: str) -> int:
         sql = (
