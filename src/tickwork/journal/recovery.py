@@ -16,7 +16,7 @@ from typing import Any
 
 from tickwork.context.context import Context
 from tickwork.context.state_store import InMemoryStateStore, apply_state_patch
-from tickwork.errors import ContextSerdeError
+from tickwork.errors import ContextSerdeError, WorkflowRuntimeError
 from tickwork.handler import WorkflowHandler
 from tickwork.runtime.control_loop.reduce import reduce
 from tickwork.runtime.types.evolve import evolve
@@ -24,6 +24,9 @@ from tickwork.serde.journal_codec import decode_tick
 from tickwork.stores.leases import owner_is_dead_local_process, process_owner
 from tickwork.stores.records import Claim, Lease
 from tickwork.stores.store import JournalError, JournalStore, RunEntry
+
+# The ends a run cannot be resumed from (a cancelled run can be).
+_ENDED = ("completed", "failed", "timed_out")
 
 __all__ = ["RecoveryResult", "load_run", "recover_runs", "resume_run"]
 
@@ -122,7 +125,9 @@ async def load_run(workflow: Any, run_id: str) -> Context[Any]:
 async def resume_run(workflow: Any, run_id: str) -> WorkflowHandler:
     """Continue the journaled run ``run_id`` under its own id and options; its handler.
 
-    Raises ``JournalError`` naming the run when the store does not know it, and
+    Raises ``JournalError`` naming the run when the store does not know it,
+    ``WorkflowRuntimeError`` when the run has completed, failed or timed out (a
+    cancelled run is resumed), and
     ``LeaseLost`` when a live process holds the run (the runs of a process of this
     machine that died are taken over at once).
     """
@@ -130,6 +135,11 @@ async def resume_run(workflow: Any, run_id: str) -> WorkflowHandler:
     entry = await store.get_run(run_id)
     if entry is None:
         raise JournalError(f"the journal has no run {run_id!r}")
+    if entry.status in _ENDED:
+        raise WorkflowRuntimeError(
+            f"run {run_id!r} has already finished ({entry.status}); there is nothing to "
+            "resume (start a new run, or load it with load_run to read its state)"
+        )
     await _expire_if_dead_local_owner(store, entry)
     return await _resume(workflow, entry)
 
