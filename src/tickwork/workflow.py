@@ -416,13 +416,15 @@ class Workflow(metaclass=WorkflowMeta):
         run_id: str | None,
         options: Mapping[str, Any] | None,
         lease: Lease | None = None,
+        lease_seconds: float | None = None,
     ) -> WorkflowHandler:
         """Start (or resume) a run; ``options`` are a journaled run's stored options.
 
         A resumed run keeps its original options: its ``timeout`` replaces the
         instance's for that run.  A journaled run is registered in its store, start
         event and options included, before the handler is returned, and owned by this
-        process: through ``lease`` (a claim's) or a lease it takes.
+        process: through ``lease`` (a claim's, taken for ``lease_seconds``) or a lease
+        it takes.
         """
         self._locked = True
         config = self._prepare_run()
@@ -463,7 +465,9 @@ class Workflow(metaclass=WorkflowMeta):
             journal_store=None if isinstance(self._journal, bool) else self._journal,
             serializer=ctx._serializer,
         )
-        session.register(None if resumable is not None else {"timeout": config.timeout}, lease)
+        session.register(
+            None if resumable is not None else {"timeout": config.timeout}, lease, lease_seconds
+        )
         ctx._bind_run(session)
         _LIVE_RUNS[run_id] = session
         session.start()

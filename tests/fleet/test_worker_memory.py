@@ -137,3 +137,28 @@ async def test_a_send_to_a_finished_run_raises() -> None:
     await serving(worker, body)
     with pytest.raises(JournalError, match="f1"):
         await handler.send_event(Answer(value="late"))
+
+
+class Nap(Workflow):
+    @step
+    async def nap(self, ev: StartEvent) -> StopEvent:
+        await anyio.sleep(ev.seconds)
+        return StopEvent(result="rested")
+
+
+async def test_a_worker_renews_its_leases_within_its_own_lease_time() -> None:
+    # The run outlives its lease many times over: renewed every third of the worker's
+    # lease time, it is never taken over, not even by its own worker.
+    store = InMemoryJournal()
+    handler = await Nap(journal=store, timeout=None).submit(run_id="n1", seconds=1.5)
+    options = WorkerOptions(poll_seconds=0.05, lease_seconds=0.4)
+    worker = Worker([Nap(journal=store, timeout=None)], store, options)
+
+    async def body() -> Any:
+        return await handler
+
+    assert await serving(worker, body) == "rested"
+    entry = await store.get_run("n1")
+    assert entry is not None and entry.epoch == 1  # claimed once
+    assert worker.claimed == 1 and worker.lost == 0
+

@@ -161,7 +161,9 @@ class Worker:
         run_id = claim.lease.run_id
         workflow = self.workflows[claim.entry.workflow_name]
         try:
-            handler = await resume_claimed(workflow, claim)
+            handler = await resume_claimed(
+                workflow, claim, lease_seconds=self.options.lease_seconds
+            )
         except LeaseLost as error:
             _log.warning("run %s was taken over while it was loaded: %s", run_id, error)
             return

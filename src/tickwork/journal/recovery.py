@@ -130,7 +130,12 @@ async def resume_run(workflow: Any, run_id: str) -> WorkflowHandler:
     return await _resume(workflow, entry)
 
 
-async def _resume(workflow: Any, entry: RunEntry, lease: Lease | None = None) -> WorkflowHandler:
+async def _resume(
+    workflow: Any,
+    entry: RunEntry,
+    lease: Lease | None = None,
+    lease_seconds: float | None = None,
+) -> WorkflowHandler:
     ctx = await load_run(workflow, entry.run_id)
     state = ctx._current_run_state()
     start = None
@@ -140,14 +145,17 @@ async def _resume(workflow: Any, entry: RunEntry, lease: Lease | None = None) ->
         with serializer.validation_context():
             start = serializer.from_record(entry.start_event)
     handler: WorkflowHandler = workflow._start_run(
-        ctx, start, {}, entry.run_id, entry.options or None, lease
+        ctx, start, {}, entry.run_id, entry.options or None, lease, lease_seconds
     )
     return handler
 
 
-async def resume_claimed(workflow: Any, claim: Claim) -> WorkflowHandler:
-    """Start a claimed run under the claim's lease (a worker of a fleet does this)."""
-    return await _resume(workflow, claim.entry, claim.lease)
+async def resume_claimed(
+    workflow: Any, claim: Claim, *, lease_seconds: float | None = None
+) -> WorkflowHandler:
+    """Start a claimed run under the claim's lease (a worker of a fleet does this),
+    renewed for ``lease_seconds``: the lease time it was claimed with."""
+    return await _resume(workflow, claim.entry, claim.lease, lease_seconds)
 
 
 async def recover_runs(*workflows: Any) -> RecoveryResult:

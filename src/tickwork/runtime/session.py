@@ -317,16 +317,25 @@ class RunSession:
         finally:
             slots.release()
 
-    def register(self, options: Mapping[str, Any] | None, lease: Lease | None = None) -> None:
+    def register(
+        self,
+        options: Mapping[str, Any] | None,
+        lease: Lease | None = None,
+        lease_seconds: float | None = None,
+    ) -> None:
         """Make a journaled run recoverable before ``run()`` returns its handler.
 
         A new run stores its start event and ``options`` with its starting snapshot in
         one transaction; a resumed one (no start event) keeps what the store has.  The
         run is owned by this process from then on: with ``lease`` (a claim's), or with a
-        new lease it takes (``LeaseLost`` if another live process owns the run).
+        new lease it takes (``LeaseLost`` if another live process owns the run).  The
+        lease is renewed for ``lease_seconds`` (a claim's lease time; by default the
+        store's) every third of that time.
         """
         if self.writer is None or self.ownership is None:
             return
+        if lease_seconds is not None:
+            self.ownership.lease_seconds = lease_seconds
         owned = self.writer.register(
             self.state,
             self.start_event,

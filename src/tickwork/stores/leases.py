@@ -172,13 +172,14 @@ class LeaseKeeper:
                     _log.exception("the lease-lost callback of run %s failed", run_id)
 
 
-_KEEPERS: dict[tuple[int, str], LeaseKeeper] = {}
+_KEEPERS: dict[tuple[int, str, float], LeaseKeeper] = {}
 _KEEPERS_LOCK = threading.Lock()
 
 
 def keeper_for(store: JournalStore, owner: str, lease_seconds: float) -> LeaseKeeper:
-    """The process's keeper for ``owner`` on ``store`` (one renewal thread each)."""
-    key = (id(store), owner)
+    """The process's keeper for ``owner``'s leases of ``lease_seconds`` on ``store`` (one
+    renewal thread each, renewing every third of ``lease_seconds``)."""
+    key = (id(store), owner, lease_seconds)
     with _KEEPERS_LOCK:
         keeper = _KEEPERS.get(key)
         if keeper is None or keeper.store is not store:
@@ -189,6 +190,6 @@ def keeper_for(store: JournalStore, owner: str, lease_seconds: float) -> LeaseKe
 def _forget(keeper: LeaseKeeper) -> None:
     """An idle keeper lets go of its store (a new one is made when needed)."""
     with _KEEPERS_LOCK:
-        key = (id(keeper.store), keeper.owner)
+        key = (id(keeper.store), keeper.owner, keeper.lease_seconds)
         if _KEEPERS.get(key) is keeper:
             del _KEEPERS[key]
