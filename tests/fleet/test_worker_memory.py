@@ -162,3 +162,23 @@ async def test_a_worker_renews_its_leases_within_its_own_lease_time() -> None:
     assert entry is not None and entry.epoch == 1  # claimed once
     assert worker.claimed == 1 and worker.lost == 0
 
+
+async def test_a_worker_that_claims_its_own_expired_run_again_resumes_it() -> None:
+    # Late renewals let the lease expire; the worker's next claim takes the run again
+    # (a new epoch): the stale session stops, the run goes on from its journal.
+    store = InMemoryJournal()
+    handler = await Approve(journal=store).submit(run_id="x1", item="tea")
+    worker = Worker([Approve(journal=store)], store, WorkerOptions(poll_seconds=0.05))
+
+    async def body() -> Any:
+        async for ev in handler.stream_events():
+            if isinstance(ev, Question):
+                break
+        await store.expire_owner(worker.worker_id)
+        while (await store.get_run("x1")).epoch < 2:  # type: ignore[union-attr]
+            await anyio.sleep(0.02)
+        await handler.send_event(Answer(value="yes"), idempotency_key="k1")
+        return await handler
+
+    assert await serving(worker, body) == "tea: yes"
+    assert worker.lost == 1

@@ -160,6 +160,9 @@ class Worker:
     async def _start(self, claim: Claim) -> None:
         run_id = claim.lease.run_id
         workflow = self.workflows[claim.entry.workflow_name]
+        stale = self.active.pop(run_id, None)
+        if stale is not None:
+            await self._drop_stale(stale, claim)
         try:
             handler = await resume_claimed(
                 workflow, claim, lease_seconds=self.options.lease_seconds
@@ -173,6 +176,22 @@ class Worker:
             return
         handler._session.discard_stream()
         self.active[run_id] = _Active(claim, handler)
+
+    async def _drop_stale(self, stale: _Active, claim: Claim) -> None:
+        """This worker claimed again a run it still runs: its lease had expired (its
+        renewals were late or failing) and the claim raised the epoch, so the old
+        session's writes would all be refused.  Stop it, publishing nothing, before the
+        run resumes from the journal under the new lease."""
+        session = stale.session
+        self.lost += 1
+        session.lose_lease(
+            LeaseLost(
+                f"run {claim.lease.run_id!r}: its lease expired and this worker claimed it "
+                f"again (epoch {claim.lease.epoch}); the session of epoch "
+                f"{stale.claim.lease.epoch} stops"
+            )
+        )
+        await session.host_done.wait()
 
     async def _fail(self, claim: Claim, error: BaseException) -> None:
         failure = JournalError(f"run {claim.lease.run_id!r} cannot be run: {error}")
