@@ -8,13 +8,17 @@ notices a lost lease without waiting for a write.
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
 import anyio
 import pytest
 
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
 from tickwork.journal import InMemoryJournal
-from tickwork.stores.leases import keeper_for
-from tickwork.stores.records import LeaseLost
+from tickwork.stores.leases import LeaseKeeper, keeper_for
+from tickwork.stores.records import JournalError, Lease, LeaseLost
 
 pytestmark = pytest.mark.anyio
 
@@ -74,3 +78,49 @@ async def test_the_renewal_thread_stops_a_session_whose_lease_was_taken() -> Non
     keeper_for(store, entry.owner, 30.0).renew_now()  # the thread's next renewal
     with anyio.fail_after(5), pytest.raises(LeaseLost, match="renewed"):
         await handler
+
+
+class _Renewals(InMemoryJournal):
+    """A store whose lease renewals succeed (every lease is kept), then fail or hang (a
+    partition) on demand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mode = "ok"
+        self.release = threading.Event()
+        self.renewed_at: list[float] = []  # when each successful renewal began
+
+    def renew_leases(self, owner: str, leases: Any, lease_seconds: float) -> set[str]:
+        if self.mode == "fail":
+            raise JournalError("the database is unreachable")
+        if self.mode == "hang":
+            self.release.wait(10)
+            return set()
+        self.renewed_at.append(time.monotonic())
+        return {lease.run_id for lease in leases}
+
+
+@pytest.mark.parametrize("mode", ["fail", "hang"])
+async def test_a_keeper_whose_renewals_fail_or_hang_fences_itself_before_the_lease_ends(
+    mode: str,
+) -> None:
+    store = _Renewals()
+    lease_seconds = 1.0
+    lost: list[tuple[float, str]] = []
+    keeper = LeaseKeeper(store, "me", lease_seconds)
+    keeper.hold(Lease("r1", "me", 1), lambda reason: lost.append((time.monotonic(), reason)))
+    try:
+        await anyio.sleep(0.4)  # a renewal succeeds
+        store.mode = mode
+        with anyio.fail_after(5):
+            while not lost:
+                await anyio.sleep(0.01)
+    finally:
+        store.release.set()
+        keeper.drop("r1")
+    fenced_at, reason = lost[0]
+    assert "fenced itself" in reason
+    # 0.8 x the lease after the last successful renewal began: before the lease that
+    # renewal gave (from then at the latest) runs out.
+    last_renewal = store.renewed_at[-1]
+    assert 0.8 * lease_seconds <= fenced_at - last_renewal < 0.95 * lease_seconds
