@@ -27,7 +27,7 @@ import os
 import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -64,6 +64,9 @@ class WorkerOptions:
 class _Active:
     claim: Claim
     handler: WorkflowHandler
+    started_at: float = field(default_factory=time.time)
+    """When this worker started the session (a run woken from parking has an old
+    ``last_alive_stamp`` until the session has processed its first tick)."""
 
     @property
     def session(self) -> RunSession:
@@ -216,7 +219,7 @@ class Worker:
                 del self.active[run_id]
                 continue
             state = session.state
-            last = state.last_alive_stamp or now
+            last = max(state.last_alive_stamp or now, active.started_at)
             if _parkable(state) and now - last >= self.options.idle_release:
                 await self._park(run_id, active)
 
@@ -232,8 +235,8 @@ class Worker:
         state = session.state
         writer = session.writer
         lease = session.ownership.lease if session.ownership is not None else claim.lease
-        if lease is None or writer is None:
-            return
+        if lease is None or writer is None or state.finished:
+            return  # a run that ended recorded its outcome: it is not given back
         try:
             if park and _parkable(state) and writer.settled:
                 await writer.write_compacting_snapshot(state)
