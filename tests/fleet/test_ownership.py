@@ -124,3 +124,25 @@ async def test_a_keeper_whose_renewals_fail_or_hang_fences_itself_before_the_lea
     # renewal gave (from then at the latest) runs out.
     last_renewal = store.renewed_at[-1]
     assert 0.8 * lease_seconds <= fenced_at - last_renewal < 0.95 * lease_seconds
+
+
+async def test_a_session_that_loses_its_lease_before_its_task_began_runs_nothing() -> None:
+    # A worker may stop a session it just started (its lease was lost, or it parks the
+    # run) before the session's task ran at all: the run must not go on regardless.
+    store = InMemoryJournal()
+    ran: list[str] = []
+
+    class Once(Workflow):
+        @step
+        async def only(self, ev: StartEvent) -> StopEvent:
+            ran.append("only")
+            return StopEvent(result="ran")
+
+    handler = Once(journal=store, timeout=10).run(run_id="early")
+    handler._session.lose_lease(LeaseLost("run 'early': taken over"))  # no await before
+    with anyio.fail_after(5), pytest.raises(LeaseLost, match="early"):
+        await handler
+    await handler._session.host_done.wait()
+    assert ran == []
+    assert [r.seq async for r in store.read("early")] == []
+

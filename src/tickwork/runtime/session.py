@@ -347,6 +347,8 @@ class RunSession:
         self.ownership.hold(owned, self.lose_lease)
 
     async def _drive(self) -> None:
+        if self.exit is not None:
+            return  # stopped (lost lease, parked) before this task began: run nothing
         self.run_span = start_run_span(
             self.run_id, self.config.workflow_name, self.start_event, self.start_event is None
         )
