@@ -146,3 +146,14 @@ async def test_a_session_that_loses_its_lease_before_its_task_began_runs_nothing
     assert ran == []
     assert [r.seq async for r in store.read("early")] == []
 
+
+async def test_releasing_a_run_that_finished_under_the_lease_leaves_it_finished() -> None:
+    store = InMemoryJournal()
+    lease = store.register_run("done", "Flow", {"version": 1, "journal_seq": 0}, owner="w1")
+    assert lease is not None
+    await store.mark_finished("done", "completed", lease=lease)
+    await store.release_run(lease, status="queued")  # a worker stopping as the run ends
+    await store.release_run(lease, status="parked", wake_at=0.0)
+    entry = await store.get_run("done")
+    assert entry is not None and entry.status == "completed"
+    assert await store.claim_runs("w2", ["Flow"], limit=5) == []

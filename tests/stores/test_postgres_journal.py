@@ -273,6 +273,23 @@ async def test_a_fenced_append_after_a_takeover_is_refused_and_writes_nothing(
 
 
 @pytest.mark.anyio
+async def test_releasing_a_run_that_finished_under_the_lease_leaves_it_finished(
+    store: PostgresJournal,
+) -> None:
+    lease = store.register_run("r1", "Flow", SNAPSHOT, owner="w1")
+    assert lease is not None
+    await store.append("r1", _records(0), None, "completed", lease=lease, outcome=RunOutcome(1))
+    await store.release_run(lease, status="queued")  # a worker stopping as the run ends
+    await store.release_run(lease, status="parked", wake_at=0.0)
+    entry = await store.get_run("r1")
+    assert entry is not None and entry.status == "completed" and entry.outcome == RunOutcome(1)
+    assert await store.claim_runs("w2", ["Flow"], limit=5) == []
+    stale = Lease("r1", "w1", 0)
+    with pytest.raises(LeaseLost, match="owned by w1 at epoch 1, not by w1 at epoch 0"):
+        await store.release_run(stale)
+
+
+@pytest.mark.anyio
 async def test_register_run_takes_over_only_an_expired_or_own_lease(
     store: PostgresJournal,
 ) -> None:

@@ -426,6 +426,8 @@ class InMemoryJournal:
     ) -> None:
         run = self._run(lease.run_id)
         self._fence(lease.run_id, run, lease, f"releasing the run as {status}")
+        if run.status in FINISHED:
+            return  # it ended under this lease: there is nothing to give back
         run.status = status
         run.owner = None
         run.lease_until = None

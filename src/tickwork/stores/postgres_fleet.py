@@ -176,7 +176,7 @@ class PostgresFleetStore(PostgresStoreBase):
         sql = (
             f"UPDATE {self._q}.runs SET status = %(status)s, owner = NULL, "
             "lease_until = NULL, wake_at = to_timestamp(%(wake_at)s), updated_at = now() "
-            f"WHERE {fence_sql(lease)}"
+            f"WHERE {fence_sql(lease)} AND status NOT IN {FINISHED_SQL}"
         )
         params = fence_params(run_id, lease) | {
             "status": status,
@@ -187,11 +187,23 @@ class PostgresFleetStore(PostgresStoreBase):
             if attempt and self._already_settled(conn, run_id, lease, status):
                 return
             if conn.execute(sql, params).rowcount == 0:
+                if self._finished_under(conn, run_id, lease):
+                    return  # nothing to give back
                 what = f"releasing the run as {status}"
                 raise self._refused(conn, run_id, lease, what, None)
             self._notify(conn, run_id)
 
         await self._call(write, action=f"releasing the run as {status}", run_id=run_id)
+
+    def _finished_under(self, conn: Connection, run_id: str, lease: Lease) -> bool:
+        """Whether ``run_id`` finished under ``lease`` (its last owner and epoch stay)."""
+        row = conn.execute(
+            f"SELECT status IN {FINISHED_SQL}, owner, epoch FROM {self._q}.runs WHERE run_id = %s",
+            (run_id,),
+        ).fetchone()
+        if row is None or not row[0]:
+            return False
+        return bool(row[1] == lease.owner and row[2] == lease.epoch)
 
     async def expire_owner(self, owner: str) -> int:
         sql = (

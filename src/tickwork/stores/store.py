@@ -250,7 +250,8 @@ class JournalStore(Protocol):
         """Give a run back, fenced by ``lease``: ``queued`` (a worker shutting down hands
         it to others at once) or ``parked`` (it only waits: claimable again at
         ``wake_at`` or when its inbox gets an item).  The owner writes a compacting
-        snapshot first, so that the next claimer reads a short journal."""
+        snapshot first, so that the next claimer reads a short journal.  A run that
+        finished under ``lease`` is left as it is (never made claimable again)."""
 
     async def expire_owner(self, owner: str) -> int:
         """End every lease of ``owner`` (a worker known to be dead); how many ended."""
