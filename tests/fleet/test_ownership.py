@@ -157,3 +157,65 @@ async def test_releasing_a_run_that_finished_under_the_lease_leaves_it_finished(
     entry = await store.get_run("done")
     assert entry is not None and entry.status == "completed"
     assert await store.claim_runs("w2", ["Flow"], limit=5) == []
+
+
+class _HangingAppends(InMemoryJournal):
+    """Appends wait on a worker thread (as Postgres's do) and hang there on demand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hang = False
+        self.release = threading.Event()
+
+    async def append(self, run_id: str, records: Any, *args: Any, **kwargs: Any) -> None:
+        if self.hang:
+            await anyio.to_thread.run_sync(self.release.wait, 10)
+        await super().append(run_id, records, *args, **kwargs)
+
+
+class LongJob(Event):
+    pass
+
+
+class ShortJob(Event):
+    pass
+
+
+async def test_a_lost_lease_cancels_the_step_bodies_while_a_write_hangs() -> None:
+    # The loop waits for an append the database does not answer (a partition) when
+    # the lease is lost: the running step bodies stop at once all the same.
+    store = _HangingAppends()
+    seen: list[str] = []
+
+    class Pair(Workflow):
+        @step
+        async def start(self, ctx: Context, ev: StartEvent) -> LongJob | ShortJob | None:
+            ctx.send_event(LongJob())
+            ctx.send_event(ShortJob())
+            return None
+
+        @step
+        async def slow(self, ev: LongJob) -> StopEvent:
+            seen.append("slow began")
+            await anyio.sleep(1.0)
+            seen.append("slow ended")
+            return StopEvent(result="slow")
+
+        @step
+        async def quick(self, ev: ShortJob) -> None:
+            await anyio.sleep(0.1)  # its result's append hangs
+
+    handler = Pair(journal=store, timeout=10).run(run_id="hung")
+    try:
+        with anyio.fail_after(5):
+            while not seen:
+                await anyio.sleep(0.01)
+        store.hang = True
+        await anyio.sleep(0.3)
+        handler._session.lose_lease(LeaseLost("run 'hung': fenced"))
+        await anyio.sleep(1.2)
+        assert seen == ["slow began"]
+    finally:
+        store.release.set()
+    with anyio.fail_after(5), pytest.raises(LeaseLost, match="hung"):
+        await handler
