@@ -219,3 +219,15 @@ async def test_a_lost_lease_cancels_the_step_bodies_while_a_write_hangs() -> Non
         store.release.set()
     with anyio.fail_after(5), pytest.raises(LeaseLost, match="hung"):
         await handler
+
+
+async def test_a_run_that_finished_under_its_lease_is_still_held_by_renewals() -> None:
+    # Its owner is writing its final snapshot: a renewal must not report it lost.
+    store = InMemoryJournal()
+    lease = store.register_run("ending", "Flow", {"version": 1, "journal_seq": 0}, owner="w1")
+    assert lease is not None
+    await store.mark_finished("ending", "completed", lease=lease)
+    assert store.renew_leases("w1", [lease], 30.0) == {"ending"}
+    assert store.renew_leases("w1", [Lease("ending", "w1", 0)], 30.0) == set()
+    entry = await store.get_run("ending")
+    assert entry is not None and entry.lease_until is None  # finished: no lease renewed

@@ -290,6 +290,21 @@ async def test_releasing_a_run_that_finished_under_the_lease_leaves_it_finished(
 
 
 @pytest.mark.anyio
+async def test_a_run_that_finished_under_its_lease_is_still_held_by_renewals(
+    store: PostgresJournal,
+) -> None:
+    # Its owner is writing its final snapshot: a renewal must not report it lost.
+    ending = store.register_run("ending", "Flow", SNAPSHOT, owner="w1")
+    running = store.register_run("running", "Flow", SNAPSHOT, owner="w1")
+    assert ending is not None and running is not None
+    await store.append("ending", _records(0), None, "completed", lease=ending)
+    assert store.renew_leases("w1", [ending, running], 30.0) == {"ending", "running"}
+    assert store.renew_leases("w1", [Lease("ending", "w1", 0)], 30.0) == set()
+    entry = await store.get_run("ending")
+    assert entry is not None and entry.lease_until is None  # finished: no lease renewed
+
+
+@pytest.mark.anyio
 async def test_register_run_takes_over_only_an_expired_or_own_lease(
     store: PostgresJournal,
 ) -> None:

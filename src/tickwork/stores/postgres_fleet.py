@@ -135,12 +135,18 @@ class PostgresFleetStore(PostgresStoreBase):
         ``JournalError`` and the caller's next renewal tries again."""
         if not leases:
             return set()
+        # A run that finished under its lease is kept too (not renewed): its owner is
+        # still writing its final snapshot.
         sql = (
-            f"UPDATE {self._q}.runs AS r SET lease_until = now() + "
-            "make_interval(secs => %(lease_seconds)s) "
-            "FROM unnest(%(run_ids)s::text[], %(epochs)s::bigint[]) AS l(run_id, epoch) "
+            "WITH l AS (SELECT * FROM unnest(%(run_ids)s::text[], %(epochs)s::bigint[]) "
+            "AS l(run_id, epoch)), "
+            f"renewed AS (UPDATE {self._q}.runs AS r SET lease_until = now() + "
+            "make_interval(secs => %(lease_seconds)s) FROM l "
             "WHERE r.run_id = l.run_id AND r.epoch = l.epoch AND r.owner = %(owner)s "
-            "AND r.status = 'running' RETURNING r.run_id"
+            "AND r.status = 'running' RETURNING r.run_id) "
+            "SELECT run_id FROM renewed UNION ALL "
+            f"SELECT r.run_id FROM {self._q}.runs AS r JOIN l ON r.run_id = l.run_id "
+            f"AND r.epoch = l.epoch WHERE r.owner = %(owner)s AND r.status IN {FINISHED_SQL}"
         )
         params = {
             "owner": owner,

@@ -236,8 +236,9 @@ class JournalStore(Protocol):
 
     def renew_leases(self, owner: str, leases: Sequence[Lease], lease_seconds: float) -> set[str]:
         """Extend ``owner``'s leases in one statement; the ids of the runs still held
-        (a lease missing from the result was lost).  Blocking: a renewal thread calls
-        it."""
+        (a lease missing from the result was lost).  A run that finished under its lease
+        counts as held: its owner is still writing its last records (the final
+        snapshot), which the lease fences.  Blocking: a renewal thread calls it."""
         ...
 
     async def release_run(
