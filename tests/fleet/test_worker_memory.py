@@ -184,3 +184,37 @@ async def test_a_worker_that_claims_its_own_expired_run_again_resumes_it() -> No
 
     assert await serving(worker, body) == "tea: yes"
     assert worker.lost == 1
+
+
+class _Outage(InMemoryJournal):
+    """A store that is unreachable for its first few claims and touches (the database
+    is down longer than the store retries)."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def _down(self) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise JournalError("the database is unreachable")
+
+    async def claim_runs(self, *args: Any, **kwargs: Any) -> Any:
+        self._down()
+        return await super().claim_runs(*args, **kwargs)
+
+    async def touch_worker(self, *args: Any, **kwargs: Any) -> None:
+        self._down()
+        await super().touch_worker(*args, **kwargs)
+
+
+async def test_a_worker_outlives_a_store_that_fails_for_a_while() -> None:
+    store = _Outage(failures=4)
+    handler = await Echo(journal=store).submit(run_id="o1", text="still here")
+    worker = Worker([Echo(journal=store)], store, WorkerOptions(poll_seconds=0.05))
+
+    async def body() -> Any:
+        return await handler
+
+    assert await serving(worker, body) == "STILL HERE"
+    assert store.failures == 0

@@ -129,14 +129,22 @@ class Worker:
         )
         try:
             while not self._stopping:
-                await self._claim()
-                await self._tend()
-                await self.store.touch_worker(self.worker_id, sorted(self.active))
+                try:
+                    await self._claim()
+                    await self._tend()
+                    await self.store.touch_worker(self.worker_id, sorted(self.active))
+                except JournalError as error:
+                    # The store retried and gave up (the database is down for longer):
+                    # keep serving, the runs here go on, and try again at the next poll.
+                    _log.warning("worker %s: the store failed: %s", self.worker_id, error)
                 with anyio.move_on_after(self.options.poll_seconds):
                     await self.store.wait_for_change(self.options.poll_seconds)
             await self._shut_down()
         finally:
-            await self.store.unregister_worker(self.worker_id)
+            try:
+                await self.store.unregister_worker(self.worker_id)
+            except JournalError as error:
+                _log.warning("worker %s: unregistering failed: %s", self.worker_id, error)
             self._stopped.set()
 
     def stop(self) -> None:
@@ -249,6 +257,9 @@ class Worker:
                 await self.store.release_run(lease, status="queued")
         except LeaseLost as error:
             _log.warning("run %s was taken over before it was put back: %s", lease.run_id, error)
+        except JournalError as error:
+            # Its lease is no longer renewed: another worker claims it once it expires.
+            _log.warning("run %s could not be put back: %s", lease.run_id, error)
 
     async def _shut_down(self) -> None:
         """Let running steps finish for ``grace`` seconds, then hand every run back."""
