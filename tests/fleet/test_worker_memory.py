@@ -20,7 +20,7 @@ from tickwork.events import InputRequiredEvent
 from tickwork.fleet import Worker, WorkerOptions
 from tickwork.journal import InMemoryJournal
 from tickwork.serde.serializers import JsonSerializer
-from tickwork.stores.records import JournalError
+from tickwork.stores.records import JournalError, StoreUnavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -218,3 +218,30 @@ async def test_a_worker_outlives_a_store_that_fails_for_a_while() -> None:
 
     assert await serving(worker, body) == "STILL HERE"
     assert store.failures == 0
+
+
+class _UnreachableOnce(InMemoryJournal):
+    """A store whose first snapshot read finds the database unreachable."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unreachable = 1
+
+    async def read_snapshot(self, run_id: str) -> Any:
+        if self.unreachable:
+            self.unreachable -= 1
+            raise StoreUnavailable(f"run {run_id!r}: the database is unreachable")
+        return await super().read_snapshot(run_id)
+
+
+async def test_a_run_the_store_cannot_load_for_now_is_claimed_again_not_failed() -> None:
+    store = _UnreachableOnce()
+    handler = await Echo(journal=store).submit(run_id="u1", text="later")
+    options = WorkerOptions(poll_seconds=0.05, lease_seconds=0.3)
+    worker = Worker([Echo(journal=store)], store, options)
+
+    async def body() -> Any:
+        return await handler
+
+    assert await serving(worker, body) == "LATER"
+    assert worker.claimed == 2  # again once the first claim's lease expired

@@ -39,7 +39,13 @@ from tickwork.runtime.session import RunSession
 from tickwork.runtime.types.state import RunState
 from tickwork.stores import metrics
 from tickwork.stores.leases import process_owner
-from tickwork.stores.records import Claim, JournalError, LeaseLost, RunOutcome
+from tickwork.stores.records import (
+    Claim,
+    JournalError,
+    LeaseLost,
+    RunOutcome,
+    StoreUnavailable,
+)
 from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS, JournalStore
 
 __all__ = ["Worker", "WorkerOptions"]
@@ -180,6 +186,11 @@ class Worker:
             )
         except LeaseLost as error:
             _log.warning("run %s was taken over while it was loaded: %s", run_id, error)
+            return
+        except StoreUnavailable as error:
+            # Nothing is wrong with the run: its claim's lease (not renewed) expires and
+            # it is claimed again.
+            _log.warning("run %s could not be loaded, the store is unavailable: %s", run_id, error)
             return
         except Exception as error:
             _log.error("run %s cannot be loaded, it fails: %s", run_id, error, exc_info=error)
