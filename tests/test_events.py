@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from tickwork._serde_fields import active_resolver, resolve_by_import, using_resolver
 from tickwork.events import (
@@ -105,6 +105,42 @@ def test_init_splits_declared_private_and_dynamic_keywords() -> None:
 def test_declared_field_is_validated() -> None:
     with pytest.raises(ValueError, match="x"):
         Task(x="not a number")
+
+
+def test_a_missing_field_is_reported_without_the_dynamic_keywords() -> None:
+    """Only declared keywords are validated: the error's input leaves the others out."""
+    with pytest.raises(ValidationError) as caught:
+        Task(extra="y")
+    assert caught.value.errors()[0]["input"] == {}
+    with pytest.raises(ValidationError) as caught:
+        Task(x="not a number", extra="y")
+    assert caught.value.errors()[0]["input"] == "not a number"
+    assert Task(x=2, extra="y").to_dict() == {"extra": "y"}
+
+
+def test_class_validators_run_once_per_event_with_or_without_dynamic_keywords() -> None:
+    calls: list[int] = []
+
+    class Checked(Event):
+        x: int
+
+        @field_validator("x")
+        @classmethod
+        def _count(cls, value: int) -> int:
+            calls.append(value)
+            return value
+
+    assert Checked(x=1).x == 1
+    assert Checked(x=2, extra=True).extra is True
+    assert calls == [1, 2]
+
+
+def test_an_aliased_field_takes_its_keyword_as_before() -> None:
+    class Aliased(Event):
+        value: int = Field(default=0, alias="v")
+
+    ev = Aliased(v=3)
+    assert ev.value == 0 and ev.to_dict() == {"v": 3}  # a keyword names a field, or is dynamic
 
 
 def test_dynamic_fields_are_attributes_and_items() -> None:

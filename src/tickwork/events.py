@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    ValidationError,
     WithJsonSchema,
     model_serializer,
 )
@@ -60,6 +61,44 @@ __all__ = [
 ]
 
 
+def _has_plain_init(cls: type[BaseModel]) -> bool:
+    """Whether validating ``cls`` from keywords can only fill fields named by them, and runs
+    no code of the class's own (validators, post-init, default factories).
+
+    Such a class is validated before its keywords are checked (``DictLikeModel``): the
+    usual event, whose keywords are all fields, is then built in a single validation.
+    """
+    if cls.model_config.get("extra") not in (None, "ignore"):
+        return False
+    decorators = cls.__pydantic_decorators__
+    if (
+        decorators.validators
+        or decorators.field_validators
+        or decorators.root_validators
+        or decorators.model_validators
+        or cls.__pydantic_post_init__ is not None
+    ):
+        return False
+    return all(
+        info.alias is None and info.validation_alias is None and info.default_factory is None
+        for info in cls.__pydantic_fields__.values()
+    )
+
+
+class _PlainInit(dict[type, bool]):
+    """Class -> ``_has_plain_init(cls)``, computed when first asked.  Bounded: a program
+    making event classes on the fly does not keep them all alive through it."""
+
+    def __missing__(self, cls: type[BaseModel]) -> bool:
+        if len(self) >= 4096:
+            self.clear()
+        plain = self[cls] = _has_plain_init(cls)
+        return plain
+
+
+_PLAIN_INIT = _PlainInit()
+
+
 class DictLikeModel(BaseModel):
     """A pydantic model whose undeclared keyword arguments become *dynamic fields*.
 
@@ -93,6 +132,19 @@ class DictLikeModel(BaseModel):
 
     def __init__(self, **params: Any) -> None:
         cls = type(self)
+        if _PLAIN_INIT[cls]:
+            # Validate first, then see whether every keyword was a field: without aliases
+            # and extra handling, the fields set are exactly the keywords that are fields.
+            try:
+                cls.__pydantic_validator__.validate_python(params, self_instance=self)
+            except ValidationError:
+                if params.keys() <= cls.__pydantic_fields__.keys():
+                    raise
+            else:
+                if len(self.__pydantic_fields_set__) == len(params):
+                    return
+            # Some keyword is not a field: start over (nothing the validation ran could
+            # tell it ran twice, see _has_plain_init).
         declared = cls.__pydantic_fields__
         if params.keys() <= declared.keys():
             # What ``BaseModel.__init__`` does, minus its Python-level overhead.
