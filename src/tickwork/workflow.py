@@ -172,6 +172,10 @@ def _log_ignored_arguments(
         _log.warning("run(start_event=...) ignores the extra keyword arguments %s", sorted(kwargs))
 
 
+_STEP_CONTEXT = Context._for_step
+"""How a run builds a step's Context: bound once, not once per run."""
+
+
 def _new_run_id() -> str:
     """Ten random letters and digits, drawn with one call to the OS's random source."""
     number = secrets.randbelow(_ID_SPACE)
@@ -467,7 +471,7 @@ class Workflow(metaclass=WorkflowMeta):
             init_state=init,
             run_id=run_id,
             store=ctx.store,
-            make_step_context=Context._for_step,
+            make_step_context=_STEP_CONTEXT,
             start_event=start,
             run_slots=self._concurrency_slots(),
             keep_journal=self._journal is not False and self._journal is not None,

@@ -13,6 +13,7 @@ their public names are re-exported here.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
@@ -174,13 +175,22 @@ class InMemoryStateStore(Generic[MODEL_T]):
 
     def __init__(self, initial_state: MODEL_T) -> None:
         self._state: MODEL_T = initial_state
-        self._writer_lock = _FifoLock()
+        self._lock: _FifoLock | None = None
         self._edit_task: int | None = None
         self._edit_thread: int | None = None
         self._serializer: BaseSerializer | None = None
         self._sync: SyncStateStore[MODEL_T] | None = None
         # (state, serializer, section) of the last to_dict() of an empty DictState.
         self._empty_section: tuple[Any, BaseSerializer, dict[str, Any]] | None = None
+
+    @property
+    def _writer_lock(self) -> _FifoLock:
+        """The writer lock, created by the first writer: most runs never write their
+        store, and every live run would otherwise hold one more object for the GC."""
+        lock = self._lock
+        if lock is None:
+            lock = self._lock = _FifoLock()
+        return lock
 
     def _bind_serializer(self, serializer: BaseSerializer) -> None:
         """Use ``serializer`` for checkpoints (the Context binds the run's serializer)."""
@@ -444,13 +454,23 @@ def infer_state_type(workflow: Any) -> type[BaseModel]:
     get_steps = getattr(workflow, "_get_steps", None)
     if get_steps is None:
         return _most_derived_state_type(workflow)
+    steps = get_steps()
+    # Every run asks: keep the answer beside the step table it was computed from (a
+    # workflow rebuilds its table when its step registry changes).
+    cached = getattr(workflow, "_state_type_cache", None)
+    if cached is not None and cached[0] is steps:
+        found: type[BaseModel] = cached[1]
+        return found
     declared: list[type[BaseModel]] = []
-    for step_function in get_steps().values():
+    for step_function in steps.values():
         config = getattr(step_function, "_step_config", None)
         state_type = getattr(config, "context_state_type", None)
         if state_type is not None:
             declared.append(state_type)
-    return _most_derived_state_type(declared)
+    found = _most_derived_state_type(declared)
+    with contextlib.suppress(AttributeError):  # a workflow-like object without attributes
+        workflow._state_type_cache = (steps, found)
+    return found
 
 
 def _most_derived_state_type(types: Iterable[type[BaseModel]]) -> type[BaseModel]:

@@ -25,6 +25,7 @@ from tickwork.errors import StepTimeoutError, WorkflowRuntimeError
 from tickwork.events import Event
 from tickwork.retry_policy import call_policy, retry_seed
 from tickwork.runtime.step_scope import CURRENT_SCOPE, ScopeHost, StepScope, Suspend
+from tickwork.runtime.types.kinds import IS_EVENT
 from tickwork.runtime.types.results import Completed, Failed, StepOutcome, Suspended
 from tickwork.runtime.types.state import Invocation, RunConfig, StepSpec
 from tickwork.runtime.types.ticks import Tick
@@ -268,7 +269,8 @@ async def execute_invocation(
             if invoker.direct:
                 CURRENT_SCOPE.set(weakref.ref(scope))
                 value = await invoker.fn(**_bind_arguments(invocation, invoker, scope))
-                if not (isinstance(value, Event) and type(value) not in invoker.list_only_types):
+                kind = type(value)
+                if not (IS_EVENT[kind] and kind not in invoker.list_only_types):
                     check_return_value(invoker.spec, value)  # None, a list, or a wrong value
             elif invoker.timeout is None:
                 value = await _run_body(session, invocation, invoker, scope)

@@ -51,6 +51,7 @@ from tickwork.runtime.types.commands import (
     PublishEvent,
 )
 from tickwork.runtime.types.evolve import evolve as replace
+from tickwork.runtime.types.kinds import IS_INPUT_REQUIRED
 from tickwork.runtime.types.persistent import PList, PQueue
 from tickwork.runtime.types.state import (
     HeldEvent,
@@ -292,7 +293,7 @@ def emit_events(
     """Publish HITL requests and route each event; returns the work items opened."""
     opened = 0
     for event in events:
-        if isinstance(event, InputRequiredEvent):
+        if IS_INPUT_REQUIRED[type(event)]:
             tx.emit(PublishEvent(event))
             remember_question(tx, event)
     for event in events:
@@ -304,7 +305,7 @@ def emit_events(
 
 def emit_event(tx: Tx, event: Any, source: WorkItem) -> int:
     """``emit_events`` for the one event a step returned (the usual case)."""
-    if isinstance(event, InputRequiredEvent):
+    if IS_INPUT_REQUIRED[type(event)]:
         tx.emit(PublishEvent(event))
         remember_question(tx, event)
     return deliver_event(tx, event, None, source.recovery_counts, source.scope_path, source.step)

@@ -23,8 +23,10 @@ from tickwork.runtime.types.commands import (
 from tickwork.runtime.types.evolve import evolve as replace
 from tickwork.runtime.types.persistent import PMap, PQueue
 from tickwork.runtime.types.state import (
+    EMPTY_PMAP,
     NO_HOLDINGS,
     NO_SENDS,
+    NO_WAITER_INDEX,
     Holdings,
     Invocation,
     ReleaseState,
@@ -346,9 +348,10 @@ def cancel_all_workers(tx: Tx, keep_records: bool) -> list[str]:
     if not keep_records:
         tx.queued = 0
         tx.running = 0
-        tx.waiter_index = WaiterIndex()
-        tx.streams = PMap()
-        tx.releases = PMap()
+        # The shared empty containers: a finished run keeps no containers of its own.
+        tx.waiter_index = NO_WAITER_INDEX
+        tx.streams = EMPTY_PMAP
+        tx.releases = EMPTY_PMAP
         tx.holdings = NO_HOLDINGS
     return sorted(active)
 

@@ -25,6 +25,8 @@ from tickwork.runtime.types.waiter_index import WaiterIndex
 __all__ = [
     "BindingSpec",
     "CollectBuffer",
+    "EMPTY_PMAP",
+    "NO_WAITER_INDEX",
     "HeldEvent",
     "Holdings",
     "NO_HOLDINGS",
@@ -52,6 +54,10 @@ _EMPTY_LIST: PList[Any] = PList()
 _EMPTY_QUEUE: PQueue[Any] = PQueue()
 _NO_SLOTS = SlotPool()
 _NO_WAITERS = WaiterIndex()
+EMPTY_PMAP: PMap[Any, Any] = _EMPTY_MAP
+"""The shared empty ``PMap`` of the records' defaults."""
+NO_WAITER_INDEX = _NO_WAITERS
+"""The shared empty ``WaiterIndex`` of the records' defaults."""
 
 StepKind = Literal["plain", "join", "collect"]
 RunStatus = Literal["pending", "running", "completed", "failed", "timed_out", "cancelled"]
