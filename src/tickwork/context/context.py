@@ -45,6 +45,9 @@ _HANDLER = "handler code (outside steps)"
 _STEP = "a step (the context passed to a step function)"
 
 
+_DEFAULT_SERIALIZER = JsonSerializer()
+"""The serializer of contexts given none: immutable, so every context shares it."""
+
 _COMPOSED: weakref.WeakKeyDictionary[Any, dict[int, tuple[BaseSerializer, BaseSerializer]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -98,7 +101,7 @@ class Context(Generic[MODEL_T]):
         self._workflow = workflow
         self._state_type: type[BaseModel] = infer_state_type(workflow)
         self._serializer: BaseSerializer = _compose_serializer(
-            serializer or getattr(workflow, "serializer", None) or JsonSerializer(),
+            serializer or getattr(workflow, "serializer", None) or _DEFAULT_SERIALIZER,
             workflow,
             self._state_type,
         )
@@ -134,8 +137,10 @@ class Context(Generic[MODEL_T]):
         return state, store
 
     def _current_run_state(self) -> RunState:
-        if self._session is not None:
-            return self._session.state
+        session = self._session
+        if session is not None:
+            session.settle_writes()  # stream writes are accounted in batches
+            return session.state
         if self._restored is not None:
             return self._restored
         return initial_state(self._workflow._reducer_config())
@@ -194,7 +199,7 @@ class Context(Generic[MODEL_T]):
         # The workflow layer hosts every step scope in a RunSession.
         session = cast("RunSession", scope.session)
         ctx._workflow = session.workflow
-        ctx._serializer = session.serializer or JsonSerializer()
+        ctx._serializer = session.serializer or _DEFAULT_SERIALIZER
         ctx._state_type = session.store.state_type
         ctx._snapshot = None
         ctx._staging_store = None

@@ -20,6 +20,7 @@ import anyio
 from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import InternalDispatchEvent, StepState, StepStateChanged, StopEvent
 from tickwork.runtime.types.commands import PublishStepState, RunWorker
+from tickwork.runtime.types.kinds import IS_INTERNAL, IS_STOP
 from tickwork.runtime.types.step_id import WORKER_NAMES
 
 __all__ = ["EventStream", "materialize", "step_state_record"]
@@ -129,6 +130,34 @@ def _is_internal(item: Any) -> bool:
     return _is_record(item) or isinstance(item, InternalDispatchEvent)
 
 
+# What the stream needs to know about an item, by its class, as bit flags: a user's
+# event is 0, and pushing or reading one costs a single dict lookup.
+_INTERNAL = 1  # one of the runtime's own events (hidden unless asked for)
+_STOP = 2  # a StopEvent: the terminal event
+_SPECIAL = 4  # a tuple (maybe a step-state record) or a step-state command
+_MAX_CLASSES = 4096
+
+
+class _Flags(dict[type, int]):
+    """Class -> its flags, computed when first asked (bounded, as ``SubclassTable``)."""
+
+    def __missing__(self, cls: type) -> int:
+        if len(self) >= _MAX_CLASSES:
+            self.clear()
+        flags = 0
+        if cls is tuple or cls in _RECORDERS:
+            flags |= _SPECIAL
+        if IS_INTERNAL[cls]:
+            flags |= _INTERNAL
+        if IS_STOP[cls]:
+            flags |= _STOP
+        self[cls] = flags
+        return flags
+
+
+_FLAGS = _Flags()
+
+
 class EventStream:
     """An append-only buffer with one shared read cursor."""
 
@@ -142,11 +171,14 @@ class EventStream:
 
     def push(self, item: Any) -> None:
         """Append a published item (step state commands as records) and wake readers."""
-        recorder = _RECORDERS.get(type(item))
-        if recorder is not None:
-            item = recorder(item)
-        elif isinstance(item, StopEvent):
-            self.terminal_event = item
+        flags = _FLAGS[type(item)]
+        if flags:
+            if flags & _SPECIAL:
+                recorder = _RECORDERS.get(type(item))
+                if recorder is not None:
+                    item = recorder(item)
+            elif flags & _STOP:
+                self.terminal_event = item
         self._items.append(item)
         if self._changed is not None:  # someone waits: _wake() (inlined, pushes are hot)
             self._wake()
@@ -207,13 +239,21 @@ class EventStream:
                 ok, item = await self.next_item()
                 if not ok:
                     return
-            if not expose_internal and _is_internal(item):
+            flags = _FLAGS[type(item)]
+            if not flags:  # a user's event: the common case
+                yield item
                 continue
-            event = materialize(item)
-            if isinstance(event, StopEvent):
+            if flags & _SPECIAL:  # a step state change (or a tuple)
+                if not expose_internal and _is_internal(item):
+                    continue
+                item = materialize(item)
+                flags = _FLAGS[type(item)] & ~_SPECIAL
+            elif flags & _INTERNAL and not expose_internal:
+                continue
+            if flags & _STOP:
                 # Consumed once handed out, even if the reader then stops iterating.
                 self.consumed = True
                 self._wake()
-                yield event
+                yield item
                 return
-            yield event
+            yield item

@@ -123,6 +123,14 @@ def _drop(tick: Tick) -> None:
     """The tick feed of a run that has ended."""
 
 
+def _nothing_to_settle() -> None:
+    """``settle_writes`` while no loop runs the session."""
+
+
+def _write_nowhere(event: Any, invocation_id: str | None) -> None:
+    """``write_to_stream`` while no loop runs the session."""
+
+
 def _discard(item: Any) -> None:
     """The stream of a session nobody in this process reads."""
 
@@ -157,17 +165,20 @@ class RunSession:
         "journal",
         "loop_thread",
         "make_step_context",
+        "observes_ticks",
         "ownership",
         "publish",
         "run_id",
         "run_span",
         "serializer",
+        "settle_writes",
         "spawn_context",
         "start_event",
         "state",
         "store",
         "stream",
         "workflow",
+        "write_to_stream",
         "writer",
     )
 
@@ -218,7 +229,7 @@ class RunSession:
         self._run_slots: RunSlots | None = run_slots
         self._turn = run_slots.take_ticket() if run_slots is not None else None
         self._post: Callable[[Tick], None] | None = None
-        self._early_ticks: list[Tick] = []
+        self._early_ticks: list[Tick] | None = None  # created by the first early tick
         self._cancel_scope: anyio.CancelScope | None = None
         self._limiters: dict[str, anyio.CapacityLimiter] = {}
         self._run_cache: dict[Any, Any] = {}
@@ -240,6 +251,16 @@ class RunSession:
             else functools.partial(_publish_and_print, self.stream, self._verbose)
         )
         """Append to the run's stream (and print it when verbose)."""
+        self.observes_ticks = (
+            self.journal is not None or self.writer is not None or self._verbose is not None
+        )
+        """Whether ``processed`` needs every tick (a journal, verbose output)."""
+        self.settle_writes: Callable[[], None] = _nothing_to_settle
+        """Bring ``state`` up to date with stream writes not yet accounted (the loop sets
+        it while it runs)."""
+        self.write_to_stream: Callable[[Any, str | None], None] = _write_nowhere
+        """A step's stream write from the loop's thread (the loop sets it while it runs;
+        until then, and once it ended, writes go nowhere, as ticks after the end do)."""
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -281,6 +302,7 @@ class RunSession:
             # Let go of the loop (its post method): the loop refers to this session,
             # and an ended run must be freed by reference counting, not by the GC.
             self._post = _drop
+            self._cancel_scope = None  # nothing left to cancel; a finished run keeps less
             self.stream.close()
             self.done.set()
             self._wake_journal_readers()
@@ -422,9 +444,9 @@ class RunSession:
     def bind(self, post: Callable[[Tick], None]) -> None:
         """Receive the loop's tick feed; flush ticks sent before the run started."""
         self._post = post
-        for tick in self._early_ticks:
+        early, self._early_ticks = self._early_ticks, None
+        for tick in early or ():
             post(tick)
-        self._early_ticks.clear()
 
     def run_step(
         self,
@@ -491,6 +513,8 @@ class RunSession:
     def post_external(self, tick: Tick) -> None:
         """Feed a tick from the caller's side (handler sends, cancel requests)."""
         if self._post is None:
+            if self._early_ticks is None:
+                self._early_ticks = []
             self._early_ticks.append(tick)
         else:
             self._post(tick)

@@ -136,6 +136,11 @@ class ScopeHost(Protocol):
         """The step-face ``Context`` of an invocation (built by the layer above)."""
         ...
 
+    @property
+    def write_to_stream(self) -> Callable[[Any, str | None], None]:
+        """``(event, invocation id)``: publish a step's stream write (loop thread only)."""
+        ...
+
 
 class StepScope:
     """The per-invocation state behind a step-face ``Context``."""
@@ -252,11 +257,10 @@ class StepScope:
         """Publish ``event`` to the run's stream (``None`` is a no-op)."""
         if event is None or (self.returned and self._late("write_event_to_stream")):
             return
-        tick = PublishEvent(time.time(), event, self.invocation.invocation_id)
-        if threading.get_ident() == self._loop_thread:
-            self._post(tick)  # _hand_to_loop's common case, inlined for tight write loops
+        if threading.get_ident() == self._loop_thread:  # the common case, for tight loops
+            self.session.write_to_stream(event, self.invocation.invocation_id)
         else:
-            self._hand_to_loop(tick)
+            self._hand_to_loop(PublishEvent(time.time(), event, self.invocation.invocation_id))
 
     # -- collect_events -------------------------------------------------------------
 

@@ -18,7 +18,6 @@ from typing import Any
 from tickwork.errors import WorkflowCancelledByUser, WorkflowTimeoutError
 from tickwork.events import (
     StepFailedEvent,
-    StopEvent,
     WorkflowCancelledEvent,
     WorkflowIdleEvent,
     WorkflowTimedOutEvent,
@@ -73,6 +72,7 @@ from tickwork.runtime.types.commands import (
     ScheduleWakeup,
 )
 from tickwork.runtime.types.evolve import evolve as replace
+from tickwork.runtime.types.kinds import IS_STOP
 from tickwork.runtime.types.results import Completed, Failed, Suspended
 from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.state import (
@@ -97,12 +97,20 @@ from tickwork.runtime.types.ticks import (
     PublishEvent as PublishTick,
 )
 
-__all__ = ["initial_state", "reduce", "reduce_all"]
+__all__ = ["account_stream_writes", "initial_state", "reduce", "reduce_all"]
 
 
 def initial_state(config: Any) -> RunState:
-    """The state of a run that has not started: every step idle and empty."""
-    return RunState(config=config, steps={name: FRESH_STEP for name in config.steps})
+    """The state of a run that has not started: every step idle and empty.
+
+    One record per config, shared by every run that starts from it: a state is a value
+    nobody changes, and a run that starts allocates nothing here.
+    """
+    cached: RunState | None = config.__dict__.get("_initial_state")
+    if cached is None:
+        cached = RunState(config=config, steps={name: FRESH_STEP for name in config.steps})
+        object.__setattr__(config, "_initial_state", cached)  # a frozen config's cache
+    return cached
 
 
 def reduce(state: RunState, tick: Tick) -> tuple[RunState, list[Command]]:
@@ -196,6 +204,38 @@ def _reduce_stream_write(state: RunState, tick: PublishTick) -> tuple[RunState, 
     return new_state, []
 
 
+def account_stream_writes(
+    state: RunState, count: int, elapsed: float, last_stamp: float
+) -> RunState:
+    """The state after ``count`` stream writes reduced one by one while work was in flight.
+
+    Each of them (``_reduce_stream_write``) advances the journal sequence by one and
+    accrues alive time; ``elapsed`` and ``last_stamp`` are the alive time and last stamp
+    after the last of them, computed by the caller write by write with ``_accrued``'s
+    arithmetic.  Their commands (publishing each event) were executed as they came.
+    """
+    s = state
+    return RunState(
+        s.config,
+        s.steps,
+        s.status,
+        s.is_running,
+        s.queued,
+        s.running,
+        s.waiter_index,
+        s.streams,
+        s.releases,
+        s.stream_seq,
+        s.work_item_seq,
+        s.invocation_seq,
+        s.journal_seq + count,
+        elapsed,
+        last_stamp,
+        s.idle_check_pending,
+        s.holdings,
+    )
+
+
 def _schedule_idle_check_if_quiescent(tx: Tx, tick: Tick) -> None:
     """After an input that leaves the run quiescent, ask for one idle check."""
     if tx.queued or tx.running or tx.idle_check_pending or not tx.live:
@@ -211,9 +251,11 @@ def _process_session_start(tx: Tx, tick: SessionStart) -> None:
     tx.is_running = True
     tx.last_alive_stamp = tx.now
     tx.idle_check_pending = False
-    _rewind_in_flight(tx)
-    _arm_delayed_retries(tx)
-    arm_waiter_timeouts(tx)
+    if not all(current is FRESH_STEP for current in tx.steps.values()):
+        # A new run skips these: its steps hold nothing to rewind, retry or arm.
+        _rewind_in_flight(tx)
+        _arm_delayed_retries(tx)
+        arm_waiter_timeouts(tx)
     rerun_waiters_with_requirements(tx)
     timeout = tx.base.config.timeout
     if timeout is not None:
@@ -328,9 +370,9 @@ def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> Non
     last = (value[-1] if value else None) if is_list else value
     finish_invocation(tx, invocation, True, type(last), True, value)
     if is_list:
-        stop = next((ev for ev in value if isinstance(ev, StopEvent)), None)
+        stop = next((ev for ev in value if IS_STOP[type(ev)]), None)
     else:
-        stop = value if isinstance(value, StopEvent) else None
+        stop = value if IS_STOP[type(value)] else None
     if stop is not None:
         complete_run(tx, stop)
         return

@@ -28,7 +28,7 @@ from tickwork.runtime.control_loop._task_pool import (
     TrioPool,
     running_asyncio,
 )
-from tickwork.runtime.control_loop.reduce import reduce
+from tickwork.runtime.control_loop.reduce import account_stream_writes, reduce
 from tickwork.runtime.types.commands import (
     CancelWorker,
     Command,
@@ -114,7 +114,24 @@ class LoopAdapter(Protocol):
 
     def processed(self, tick: Tick, state: RunState, commands: list[Command]) -> None:
         """Called after each reduced tick with the new state and the commands it
-        produced (snapshots, journal, the stream of durable runs)."""
+        produced (snapshots, journal, the stream of durable runs).
+
+        Unless ``observes_ticks``, stream writes made while work is in flight are
+        accounted in batches: ``processed`` then gets the last write of a batch, the
+        state after all of them, and no commands (their events are already published).
+        """
+
+    observes_ticks: bool
+    """Whether ``processed`` must see every tick (a journal, verbose output)."""
+
+    settle_writes: Callable[[], None]
+    """Account the stream writes of the current batch now, so that the state last given
+    to ``processed`` is up to date (set by the loop while it runs; a no-op otherwise)."""
+
+    write_to_stream: Callable[[Any, str | None], None]
+    """``(event, invocation id)``: a step writes to the stream, from the loop's thread
+    (set by the loop while it runs; the write is dropped otherwise, as the loop drops
+    ticks after the run ended)."""
 
     def finish(self, run_exit: RunExit) -> None:
         """Deliver the run's outcome to whoever awaits it."""
@@ -161,6 +178,14 @@ class using_adapter:
         _ADAPTER.reset(self._token)
 
 
+def _no_writes_to_settle() -> None:
+    """``settle_writes`` of an adapter whose loop is not running."""
+
+
+def _write_nowhere(event: Any, invocation_id: str | None) -> None:
+    """``write_to_stream`` of an adapter whose loop is not running: the run has ended."""
+
+
 def _is_step_tick(tick: Tick) -> bool:
     if isinstance(tick, StepResult):
         return True
@@ -193,6 +218,16 @@ class _Loop:
         # ticks wait for the loop task: every worker dispatched before a result is
         # processed gets to start first (see ``post``).
         self.unstarted: set[str] = set()
+        # (post, report, started) for every worker: bound once per run rather than per
+        # invocation.  The loop refers to them and they to the loop, so ``run`` drops
+        # them when it ends: an ended run is freed by reference counting.
+        self.worker_hooks: tuple[PostTick, ReportOutcome, MarkStarted] | None = None
+        # Stream writes published but not yet accounted in ``state``: how many, and
+        # the alive time and last stamp they accrued (see ``write``).
+        self.batches_writes = not adapter.durable and not adapter.observes_ticks
+        self.unaccounted = 0
+        self.write_elapsed = 0.0
+        self.write_stamp = 0.0
         self.pool: TaskPool = TaskPool()
         self.run_step = adapter.run_step
         self.publish = adapter.publish
@@ -230,6 +265,10 @@ class _Loop:
         self.pending.append(SessionStart(now, self.run_id))
         if start_event is not None:
             self.pending.append(AddEvent(now, start_event))
+        self.worker_hooks = (self.post, self._report, self.unstarted.discard)
+        self.adapter.write_to_stream = self.write
+        if self.batches_writes:
+            self.adapter.settle_writes = self._settle_writes
         if running_asyncio():
             self.pool = AsyncioPool()
             try:
@@ -238,8 +277,7 @@ class _Loop:
                 else:
                     await self._drive()
             finally:
-                self.pool.cancel_all()
-                self.unstarted.clear()
+                self._stop()
         else:
             import trio
 
@@ -248,10 +286,19 @@ class _Loop:
                 try:
                     await self._drive()
                 finally:
-                    self.pool.cancel_all()
-                    self.unstarted.clear()
+                    self._stop()
         assert self.exit is not None
         return self.exit
+
+    def _stop(self) -> None:
+        """The run's loop ends: cancel the workers, let go of what refers back to it."""
+        self.pool.cancel_all()
+        self.unstarted.clear()
+        self.worker_hooks = None
+        self.adapter.write_to_stream = _write_nowhere
+        if self.batches_writes:
+            self._settle_writes()
+            self.adapter.settle_writes = _no_writes_to_settle
 
     async def _drive_beside_a_canceller(self) -> None:
         """:meth:`_drive`, beside a task that cancels the step bodies as soon as the run
@@ -297,6 +344,8 @@ class _Loop:
 
     def _process(self, tick: Tick) -> None:
         """Reduce one tick and execute its commands, in order."""
+        if self.unaccounted:
+            self._settle_writes()
         self.state, commands = reduce(self.state, tick)
         self.adapter.processed(tick, self.state, commands)
         handlers = _HANDLERS
@@ -388,16 +437,80 @@ class _Loop:
         invocation = command.invocation
         key = invocation.invocation_id
         self.unstarted.add(key)
-        self.pool.spawn(
-            key,
-            self.run_step(invocation, self.post, self._report, self.unstarted.discard),
-            self.spawn_context,
-        )
+        hooks = self.worker_hooks
+        assert hooks is not None  # commands run only while ``run`` drives the loop
+        self.pool.spawn(key, self.run_step(invocation, *hooks), self.spawn_context)
 
     def _report(self, invocation: Invocation, outcome: StepOutcome) -> None:
         """A worker's outcome (a cancelled worker reports none): post it as a tick."""
         self.pool.done(invocation.invocation_id)
         self.post(StepResult(time.time(), invocation.step, invocation.invocation_id, outcome))
+
+    def write(self, event: Any, invocation_id: str | None) -> None:
+        """A step writes ``event`` to the stream (from the loop's thread).
+
+        While work is in flight, reducing the write would change nothing but the journal
+        sequence and the alive time (``_reduce_stream_write``): when the posting task
+        would reduce it inline, the event is published at once and the write is
+        accounted in the state later, in a batch, with the same arithmetic, before the
+        next tick is reduced or when the state is read (``settle_writes``).  Steps
+        write by the thousand, and a tick and a state per write were most of their cost.
+        Otherwise the write is posted as a ``PublishEvent`` tick.
+        """
+        now = time.time()
+        if self.unaccounted:
+            # A batch is open: nothing was reduced since its first write, so the state
+            # still qualifies; only whether the write would be reduced inline may differ.
+            if self.waiting and not self.unstarted and not self.inbox:
+                if now > self.write_stamp:  # what _accrued() does for each write in turn
+                    self.write_elapsed += now - self.write_stamp
+                    self.write_stamp = now
+                self.unaccounted += 1
+                self.publish(event)
+                return
+        elif self._opens_batch():
+            state = self.state
+            last = state.last_alive_stamp
+            assert last is not None  # checked by _opens_batch
+            elapsed = state.elapsed_alive
+            if now > last:
+                elapsed += now - last
+                last = now
+            self.write_elapsed = elapsed
+            self.write_stamp = last
+            self.unaccounted = 1
+            self.publish(event)
+            return
+        self.post(PublishTick(now, event, invocation_id))
+
+    def _opens_batch(self) -> bool:
+        """Whether a stream write now may start a batch (see ``write``)."""
+        state = self.state
+        return bool(
+            self.batches_writes
+            and self.waiting
+            and self.drains_inline
+            and not self.unstarted
+            and not self.inbox
+            and self.exit is None
+            and state.status == "running"
+            and (state.queued or state.running or state.idle_check_pending)
+            and state.last_alive_stamp is not None
+        )
+
+    def _settle_writes(self) -> None:
+        """Fold the stream writes published since the last reduction into the state.
+
+        ``processed`` gets a ``PublishEvent`` tick standing for the batch (its last
+        stamp, no event) and no commands: the events are already published.
+        """
+        count = self.unaccounted
+        if not count:
+            return
+        self.unaccounted = 0
+        stamp = self.write_stamp
+        self.state = account_stream_writes(self.state, count, self.write_elapsed, stamp)
+        self.adapter.processed(PublishTick(stamp, None), self.state, [])
 
     def _drain_inline(self, tick: Tick) -> None:
         """Reduce ``tick`` in the posting task while the loop task sleeps.
