@@ -347,7 +347,8 @@ def _fail_accounting(tx: Tx, stream: str, error: AccountingError) -> None:
 
 def close_finished_streams(tx: Tx) -> None:
     """Close every touched stream whose open work reached zero; fire its releases."""
-    pending = sorted(tx.touched_streams or ())
+    touched = tx.touched_streams or ()
+    pending = sorted(touched) if len(touched) > 1 else touched
     tx.touched_streams = None
     for stream in pending:
         if not tx.live:

@@ -44,6 +44,16 @@ from tickwork.runtime.types.waiter_index import WaiterIndex
 FRESH_STEP = StepRunState()
 
 
+def fresh_steps(config: Any) -> Mapping[str, StepRunState]:
+    """Every step of ``config`` idle and empty: one shared mapping per config (read-only,
+    as every mapping of a state is), cached on the frozen config."""
+    steps: Mapping[str, StepRunState] | None = config.__dict__.get("_fresh_steps")
+    if steps is None:
+        steps = {name: FRESH_STEP for name in config.steps}
+        object.__setattr__(config, "_fresh_steps", steps)
+    return steps
+
+
 _NO_WAITERS: Mapping[str, Waiter] = {}
 
 
@@ -106,7 +116,7 @@ class Tx:
     def __init__(self, base: RunState, now: float) -> None:
         self.base = base
         self.now = now
-        self.touched_streams: set[str] | None = None
+        self.touched_streams: list[str] | None = None
         # The step states by name: the input's map (read-only) until the first put_step
         # copies it.  Read it directly: ``tx.steps[name]``.
         self.steps: Mapping[str, StepRunState] = base.steps
@@ -147,9 +157,11 @@ class Tx:
 
     def touch_stream(self, stream: str) -> None:
         """Mark ``stream`` for the end-of-tick check for finished streams."""
-        if self.touched_streams is None:
-            self.touched_streams = set()
-        self.touched_streams.add(stream)
+        touched = self.touched_streams
+        if touched is None:
+            self.touched_streams = [stream]  # usually the only one: no set per tick
+        elif stream not in touched:
+            touched.append(stream)
 
     def mint_work_item(self) -> str:
         seq = self.work_item_seq
@@ -258,26 +270,39 @@ def dispatch_or_queue(tx: Tx, step: str, item: WorkItem) -> None:
     if current.slots.busy < tx.base.config.steps[step].num_workers:
         start_invocation(tx, step, item, current)
         return
-    tx.put_step(step, replace(current, queue=current.queue.append(item)))
+    tx.put_step(
+        step,
+        StepRunState(
+            current.queue.append(item),
+            current.in_progress,
+            current.slots,
+            current.collect_buffers,
+            current.join_buffer,
+            current.join_counts,
+            current.waiters,
+            current.waiters_by_item,
+        ),
+    )
     tx.queued += 1
     tx.emit(PublishStepState(step, "preparing", "<enqueued>", type(item.event)))
 
 
 def drain_queue(tx: Tx, step: str) -> None:
     """Fill free slots of ``step`` with the first eligible queued items, in order."""
-    workers = tx.spec(step).num_workers
+    workers = tx.base.config.steps[step].num_workers
     now = tx.now
-
-    def due(it: WorkItem) -> bool:
-        return it.not_before is None or it.not_before <= now
-
     while True:
         current = tx.steps[step]
-        if not current.queue or current.slots.busy >= workers:
+        queue = current.queue
+        if not queue.size or current.slots.busy >= workers:
             return
-        item, rest = current.queue.pop_first(due)
-        if item is None:
-            return
+        item, rest = queue.popleft()
+        if item.not_before is not None and item.not_before > now:
+            # A delayed retry at the front (rare): take the first item that is due.
+            due, rest = queue.pop_first(lambda it: it.not_before is None or it.not_before <= now)
+            if due is None:
+                return
+            item = due
         tx.queued += -1
         start_invocation(tx, step, item, current, rest)
 
@@ -346,6 +371,12 @@ def cancel_all_workers(tx: Tx, keep_records: bool) -> list[str]:
         if not keep_records and current is not FRESH_STEP:
             tx.put_step(step, FRESH_STEP)
     if not keep_records:
+        fresh = fresh_steps(tx.base.config)
+        if tx.steps is not fresh and list(tx.steps) == list(fresh):
+            # Every step is fresh now: share the config's mapping (a finished run keeps
+            # none of its own).
+            tx.steps = fresh
+            tx._own_steps = None
         tx.queued = 0
         tx.running = 0
         # The shared empty containers: a finished run keeps no containers of its own.

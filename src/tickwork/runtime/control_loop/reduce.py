@@ -48,6 +48,7 @@ from tickwork.runtime.control_loop._tx import (
     end_run,
     fail_run,
     finish_invocation,
+    fresh_steps,
     invocation_order,
     start_invocation,
 )
@@ -108,7 +109,7 @@ def initial_state(config: Any) -> RunState:
     """
     cached: RunState | None = config.__dict__.get("_initial_state")
     if cached is None:
-        cached = RunState(config=config, steps={name: FRESH_STEP for name in config.steps})
+        cached = RunState(config=config, steps=fresh_steps(config))
         object.__setattr__(config, "_initial_state", cached)  # a frozen config's cache
     return cached
 
@@ -142,11 +143,15 @@ def reduce_all(state: RunState, ticks: Iterable[Tick]) -> RunState:
 def _apply(tx: Tx, tick: Tick) -> None:
     """One tick's phases, in order, on the accumulator."""
     tx.journal_seq += 1
-    if not isinstance(tick, SessionStart):  # accrue the time since the last input
-        tx.elapsed_alive, tx.last_alive_stamp = _accrued(
-            tx.elapsed_alive, tx.last_alive_stamp, tx.now
-        )
-    _PROCESSORS[type(tick)](tx, tick)
+    kind = type(tick)
+    if kind is not SessionStart:  # accrue the time since the last input (_accrued)
+        last, now = tx.last_alive_stamp, tx.now
+        if last is None:
+            tx.last_alive_stamp = now
+        elif now > last:
+            tx.elapsed_alive += now - last
+            tx.last_alive_stamp = now
+    _PROCESSORS[kind](tx, tick)
     if tx.holdings is not NO_HOLDINGS and tx.holdings.held:
         release_held_events(tx)
     if tx.touched_streams:
@@ -353,7 +358,7 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
         assert isinstance(outcome, Failed)
         _apply_failure(tx, invocation, outcome)
     # Finalize: a slot was freed (tx.queued: no step has a queue, the usual case).
-    if tx.live and tx.queued and tx.steps[tick.step].queue:
+    if tx.live and tx.queued and tx.steps[tick.step].queue.size:
         drain_queue(tx, tick.step)
 
 

@@ -112,12 +112,16 @@ def settle(
     stream = streams.get(stream_id)
     if stream is None:
         raise AccountingError(f"stream {stream_id} is not open")
-    delta = {
-        "completed": deliveries - 1,
-        "fanned_out": new_bindings - 1,
-        "still_live": 0,
-        "absorbed": -1,
-    }[kind]
+    if kind == "completed":
+        delta = deliveries - 1
+    elif kind == "fanned_out":
+        delta = new_bindings - 1
+    elif kind == "still_live":
+        delta = 0
+    elif kind == "absorbed":
+        delta = -1
+    else:
+        raise KeyError(kind)
     count = stream.open_work_items + delta
     if count < 0:
         raise AccountingError(

@@ -47,12 +47,13 @@ def _cons_from_reversed(cell: _Cons) -> _Cons:
 class PQueue(Generic[T]):
     """An immutable FIFO queue with O(1) pushes at both ends."""
 
-    __slots__ = ("_back", "_front", "_len")
+    __slots__ = ("_back", "_front", "size")
 
     def __init__(self, front: _Cons = None, back: _Cons = None, length: int = 0) -> None:
         self._front = front
         self._back = back
-        self._len = length
+        self.size = length
+        """The number of items (read-only); hot paths test it rather than ``bool(q)``."""
 
     @classmethod
     def of(cls, items: Iterable[T]) -> PQueue[T]:
@@ -64,15 +65,15 @@ class PQueue(Generic[T]):
 
     def append(self, item: T) -> PQueue[T]:
         """A new queue with ``item`` at the back."""
-        return PQueue(self._front, (item, self._back), self._len + 1)
+        return PQueue(self._front, (item, self._back), self.size + 1)
 
     def appendleft(self, item: T) -> PQueue[T]:
         """A new queue with ``item`` at the front."""
-        return PQueue((item, self._front), self._back, self._len + 1)
+        return PQueue((item, self._front), self._back, self.size + 1)
 
     def _normalized(self) -> PQueue[T]:
         if self._front is None and self._back is not None:
-            return PQueue(_cons_from_reversed(self._back), None, self._len)
+            return PQueue(_cons_from_reversed(self._back), None, self.size)
         return self
 
     def peek(self) -> T:
@@ -87,7 +88,7 @@ class PQueue(Generic[T]):
         q = self._normalized()
         if q._front is None:
             raise IndexError("pop from an empty PQueue")
-        return cast(T, q._front[0]), PQueue(q._front[1], q._back, q._len - 1)
+        return cast(T, q._front[0]), PQueue(q._front[1], q._back, q.size - 1)
 
     def pop_first(self, accept: Callable[[T], bool]) -> tuple[T | None, PQueue[T]]:
         """Remove and return the first item ``accept`` takes (``None`` if none does).
@@ -97,7 +98,7 @@ class PQueue(Generic[T]):
         """
         skipped: list[T] = []
         q: PQueue[T] = self
-        while q._len:
+        while q.size:
             item, q = q.popleft()
             if accept(item):
                 for back in reversed(skipped):
@@ -127,10 +128,10 @@ class PQueue(Generic[T]):
         return out
 
     def __len__(self) -> int:
-        return self._len
+        return self.size
 
     def __bool__(self) -> bool:
-        return self._len > 0
+        return self.size > 0
 
     def __iter__(self) -> Iterator[T]:
         yield from _cons_iter(self._front)
@@ -300,14 +301,22 @@ _MISSING: Any = object()
 _SMALL = 8
 
 
+class _Small(dict[Any, Any]):
+    """The root of a map of 2 to ``_SMALL`` entries: a dict in insertion order, copied
+    (in C) on every write and never changed after."""
+
+    __slots__ = ()
+
+
 class PMap(Generic[K, V]):
     """An immutable hash map with O(log32 n) ``set``/``delete``.
 
-    Small maps (at most ``_SMALL`` entries, the common case for a step's in-flight
-    invocations or waiters) are a tuple of pairs in insertion order: a few comparisons
-    beat hashing into a trie, and a tuple costs a fraction of a dict node.  Larger maps
-    are a hash array mapped trie, which iterates in hash order, so callers that need a
-    stable order (snapshots, commands) sort.
+    Small maps, the common case for a step's in-flight invocations or waiters, keep
+    insertion order: one entry is its ``(key, value)`` pair itself (a parked run holds a
+    few one-entry maps, and a pair is a fraction of a dict), 2 to ``_SMALL`` entries a
+    dict copied on write (a dict copy and a lookup, in C, beat walking pairs in Python).
+    Larger maps are a hash array mapped trie, which iterates in hash order, so callers
+    that need a stable order (snapshots, commands) sort.
     """
 
     __slots__ = ("_root", "size")
@@ -329,12 +338,12 @@ class PMap(Generic[K, V]):
     def get(self, key: K, default: Any = None) -> Any:
         """The value for ``key``, or ``default``."""
         root = self._root
+        kind = type(root)
+        if kind is _Small:
+            return root.get(key, default)
+        if kind is tuple:
+            return root[1] if root[0] == key else default
         if root is None:
-            return default
-        if type(root) is tuple:
-            for k, v in root:
-                if k is key or k == key:
-                    return v
             return default
         return _get(root, key, hash(key), 0, default)
 
@@ -350,32 +359,44 @@ class PMap(Generic[K, V]):
     def set(self, key: K, value: V) -> PMap[K, V]:
         """A new map where ``key`` maps to ``value``."""
         root = self._root
-        if root is None:
-            return PMap(((key, value),), 1)
-        if type(root) is tuple:
-            for index, (k, _) in enumerate(root):
-                if k is key or k == key:
-                    return PMap((*root[:index], (key, value), *root[index + 1 :]), self.size)
-            if len(root) < _SMALL:
-                return PMap((*root, (key, value)), self.size + 1)
+        kind = type(root)
+        if kind is _Small:
+            if key in root or self.size < _SMALL:
+                small = _Small(root)
+                small[key] = value
+                return PMap(small, len(small))
             trie: Any = {}
-            for k, v in root:
+            for k, v in root.items():
                 trie, _ = _set(trie, k, v, hash(k), 0)
             root = trie
+        elif kind is tuple:
+            if root[0] == key:
+                return PMap((key, value), 1)
+            small = _Small((root,))
+            small[key] = value
+            return PMap(small, 2)
+        elif root is None:
+            return PMap((key, value), 1)
         new_root, added = _set(root, key, value, hash(key), 0)
         return PMap(new_root, self.size + (1 if added else 0))
 
     def delete(self, key: K) -> PMap[K, V]:
         """A new map without ``key`` (the same map when it is absent)."""
         root = self._root
+        kind = type(root)
+        if kind is _Small:
+            if key not in root:
+                return self
+            if self.size == 2:
+                for pair in root.items():
+                    if pair[0] != key:
+                        return PMap(pair, 1)
+            small = _Small(root)
+            del small[key]
+            return PMap(small, len(small))
+        if kind is tuple:
+            return _EMPTY_MAP if root[0] == key else self
         if root is None:
-            return self
-        if type(root) is tuple:
-            for index, (k, _) in enumerate(root):
-                if k is key or k == key:
-                    if len(root) == 1:
-                        return _EMPTY_MAP
-                    return PMap(root[:index] + root[index + 1 :], self.size - 1)
             return self
         new_root, removed = _delete(root, key, hash(key), 0)
         return PMap(new_root, self.size - 1) if removed else self
@@ -383,8 +404,11 @@ class PMap(Generic[K, V]):
     def items(self) -> Iterator[tuple[K, V]]:
         """The ``(key, value)`` pairs (insertion order when small, else hash order)."""
         root = self._root
-        if type(root) is tuple:
-            return iter(root)
+        kind = type(root)
+        if kind is _Small:
+            return iter(root.items())
+        if kind is tuple:
+            return iter((root,))
         return _walk(root)
 
     def keys(self) -> Iterator[K]:
