@@ -60,11 +60,17 @@ class WorkflowHandler:
 
     async def _outcome(self) -> StopEvent:
         session = self._session
-        try:
-            await session.done.wait()
-        except anyio.get_cancelled_exc_class():
-            session.abort()
-            raise
+        if not session.done.is_set():
+            try:
+                await session.done.wait()
+            except anyio.get_cancelled_exc_class():
+                session.abort()
+                raise
+        return self._ended()
+
+    def _ended(self) -> StopEvent:
+        """The terminal event of the ended run, or raise its outcome."""
+        session = self._session
         if session.exit is None or session.hard_aborted:
             if _backend_is_asyncio():
                 import asyncio
@@ -78,7 +84,15 @@ class WorkflowHandler:
         raise session.exit.exception
 
     async def _result(self) -> Any:
-        stop = await self._outcome()
+        # ``_outcome``'s wait, inlined: every awaited live run holds this coroutine.
+        session = self._session
+        if not session.done.is_set():
+            try:
+                await session.done.wait()
+            except anyio.get_cancelled_exc_class():
+                session.abort()
+                raise
+        stop = self._ended()
         return stop.result if type(stop) is StopEvent else stop
 
     def __await__(self) -> Generator[Any, None, Any]:

@@ -139,7 +139,9 @@ class Context(Generic[MODEL_T]):
     def _current_run_state(self) -> RunState:
         session = self._session
         if session is not None:
-            session.settle_writes()  # stream writes are accounted in batches
+            lane = session.stream_lane
+            if lane is not None:  # stream writes are accounted in batches
+                lane.settle_writes()
             return session.state
         if self._restored is not None:
             return self._restored

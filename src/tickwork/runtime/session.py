@@ -26,7 +26,12 @@ if sys.version_info < (3, 11):  # pragma: no cover - anyio installs the backport
 
 from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import StopEvent, WorkflowFailedEvent
-from tickwork.runtime.control_loop.runner import RunExit, control_loop, using_adapter
+from tickwork.runtime.control_loop.runner import (
+    RunExit,
+    StreamLane,
+    control_loop,
+    using_adapter,
+)
 from tickwork.runtime.durable import DurableWriter
 from tickwork.runtime.event_stream import EventStream
 from tickwork.runtime.ownership import Ownership
@@ -80,19 +85,34 @@ def detect_backend() -> str:
     )
 
 
+def _asyncio_loop() -> Any:
+    """The asyncio event loop running in this thread, or ``None`` (trio, or no loop)."""
+    if "asyncio" not in sys.modules:
+        return None
+    import asyncio
+
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class DoneFlag:
-    """A one-shot event that allocates its backend event only when someone waits.
+    """A one-shot event that allocates what its waiters wait on only when someone waits.
 
     Most runs are awaited once or not at all while they are live (a parked run waiting
     for a human usually has no awaiter); an eager ``anyio.Event`` per run costs about a
-    kilobyte that such runs never use.
+    kilobyte that such runs never use.  Under asyncio each waiter awaits a future of its
+    own (what ``asyncio.Event`` does, without its two coroutine layers and anyio's
+    wrapper: every live run that someone awaits holds these); under trio, an
+    ``anyio.Event``.
     """
 
     __slots__ = ("_event", "_set")
 
     def __init__(self) -> None:
         self._set = False
-        self._event: anyio.Event | None = None
+        self._event: anyio.Event | list[Any] | None = None
 
     def is_set(self) -> bool:
         """Whether ``set`` was called."""
@@ -101,16 +121,37 @@ class DoneFlag:
     def set(self) -> None:
         """Set the flag and wake every waiter."""
         self._set = True
-        if self._event is not None:
-            self._event.set()
+        waiters, self._event = self._event, None
+        if isinstance(waiters, list):
+            for future in waiters:
+                if not future.done():
+                    future.set_result(None)
+        elif waiters is not None:
+            waiters.set()
 
     async def wait(self) -> None:
         """Return once the flag is set."""
         if self._set:
             return
-        if self._event is None:
-            self._event = anyio.Event()
-        await self._event.wait()
+        loop = _asyncio_loop()
+        if loop is None:
+            event = self._event
+            if event is None:
+                event = self._event = anyio.Event()
+            assert not isinstance(event, list)
+            await event.wait()
+            return
+        waiters = self._event
+        if waiters is None:
+            waiters = self._event = []
+        assert isinstance(waiters, list)
+        future = loop.create_future()
+        waiters.append(future)
+        try:
+            await future
+        finally:
+            if self._event is waiters:  # still waiting: a cancelled waiter leaves
+                waiters.remove(future)
 
 
 def _publish_and_print(stream: EventStream, printer: Any, item: Any) -> None:
@@ -121,14 +162,6 @@ def _publish_and_print(stream: EventStream, printer: Any, item: Any) -> None:
 
 def _drop(tick: Tick) -> None:
     """The tick feed of a run that has ended."""
-
-
-def _nothing_to_settle() -> None:
-    """``settle_writes`` while no loop runs the session."""
-
-
-def _write_nowhere(event: Any, invocation_id: str | None) -> None:
-    """``write_to_stream`` while no loop runs the session."""
 
 
 def _discard(item: Any) -> None:
@@ -171,14 +204,13 @@ class RunSession:
         "run_id",
         "run_span",
         "serializer",
-        "settle_writes",
         "spawn_context",
         "start_event",
         "state",
         "store",
         "stream",
+        "stream_lane",
         "workflow",
-        "write_to_stream",
         "writer",
     )
 
@@ -255,12 +287,9 @@ class RunSession:
             self.journal is not None or self.writer is not None or self._verbose is not None
         )
         """Whether ``processed`` needs every tick (a journal, verbose output)."""
-        self.settle_writes: Callable[[], None] = _nothing_to_settle
-        """Bring ``state`` up to date with stream writes not yet accounted (the loop sets
-        it while it runs)."""
-        self.write_to_stream: Callable[[Any, str | None], None] = _write_nowhere
-        """A step's stream write from the loop's thread (the loop sets it while it runs;
-        until then, and once it ended, writes go nowhere, as ticks after the end do)."""
+        self.stream_lane: StreamLane | None = None
+        """The loop while it runs this session: steps write to the stream through it,
+        and it brings ``state`` up to date with writes not yet accounted."""
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -303,6 +332,7 @@ class RunSession:
             # and an ended run must be freed by reference counting, not by the GC.
             self._post = _drop
             self._cancel_scope = None  # nothing left to cancel; a finished run keeps less
+            self.start_event = None  # the loop took it
             self.stream.close()
             self.done.set()
             self._wake_journal_readers()

@@ -137,8 +137,9 @@ class ScopeHost(Protocol):
         ...
 
     @property
-    def write_to_stream(self) -> Callable[[Any, str | None], None]:
-        """``(event, invocation id)``: publish a step's stream write (loop thread only)."""
+    def stream_lane(self) -> Any:
+        """Where a step's stream writes go from the loop's thread (``.write(event,
+        invocation id)``), while the run's loop runs; ``None`` otherwise."""
         ...
 
 
@@ -258,7 +259,9 @@ class StepScope:
         if event is None or (self.returned and self._late("write_event_to_stream")):
             return
         if threading.get_ident() == self._loop_thread:  # the common case, for tight loops
-            self.session.write_to_stream(event, self.invocation.invocation_id)
+            lane = self.session.stream_lane
+            if lane is not None:  # else the loop has stopped: the run has ended
+                lane.write(event, self.invocation.invocation_id)
         else:
             self._hand_to_loop(PublishEvent(time.time(), event, self.invocation.invocation_id))
 

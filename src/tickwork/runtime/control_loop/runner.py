@@ -86,6 +86,17 @@ class RunExit:
         self.step_name = step_name
 
 
+class StreamLane(Protocol):
+    """How a run's steps write to its stream (the running loop)."""
+
+    def write(self, event: Any, invocation_id: str | None) -> None:
+        """Publish ``event``, written by invocation ``invocation_id``."""
+
+    def settle_writes(self) -> None:
+        """Account the writes not yet accounted, so that the state last given to the
+        adapter's ``processed`` is up to date."""
+
+
 class LoopAdapter(Protocol):
     """What the loop needs from the runtime hosting a run."""
 
@@ -124,14 +135,10 @@ class LoopAdapter(Protocol):
     observes_ticks: bool
     """Whether ``processed`` must see every tick (a journal, verbose output)."""
 
-    settle_writes: Callable[[], None]
-    """Account the stream writes of the current batch now, so that the state last given
-    to ``processed`` is up to date (set by the loop while it runs; a no-op otherwise)."""
-
-    write_to_stream: Callable[[Any, str | None], None]
-    """``(event, invocation id)``: a step writes to the stream, from the loop's thread
-    (set by the loop while it runs; the write is dropped otherwise, as the loop drops
-    ticks after the run ended)."""
+    stream_lane: StreamLane | None
+    """The loop, while it runs the adapter's run (``None`` otherwise): where steps write
+    to the stream from the loop's thread, and what accounts a batch of writes on demand.
+    A write when it is ``None`` is dropped, as the loop drops ticks after the run ended."""
 
     def finish(self, run_exit: RunExit) -> None:
         """Deliver the run's outcome to whoever awaits it."""
@@ -178,14 +185,6 @@ class using_adapter:
         _ADAPTER.reset(self._token)
 
 
-def _no_writes_to_settle() -> None:
-    """``settle_writes`` of an adapter whose loop is not running."""
-
-
-def _write_nowhere(event: Any, invocation_id: str | None) -> None:
-    """``write_to_stream`` of an adapter whose loop is not running: the run has ended."""
-
-
 def _is_step_tick(tick: Tick) -> bool:
     if isinstance(tick, StepResult):
         return True
@@ -229,7 +228,6 @@ class _Loop:
         self.write_elapsed = 0.0
         self.write_stamp = 0.0
         self.pool: TaskPool = TaskPool()
-        self.run_step = adapter.run_step
         self.publish = adapter.publish
         self.spawn_context = adapter.spawn_context
         self.heartbeat_every = adapter.heartbeat_every
@@ -260,15 +258,14 @@ class _Loop:
             self.pool.wake()
 
     async def run(self, start_event: Any) -> RunExit:
-        self.adapter.bind(self.post)
+        post = self.post  # one bound method for the adapter and the workers
+        self.adapter.bind(post)
         now = time.time()
         self.pending.append(SessionStart(now, self.run_id))
         if start_event is not None:
             self.pending.append(AddEvent(now, start_event))
-        self.worker_hooks = (self.post, self._report, self.unstarted.discard)
-        self.adapter.write_to_stream = self.write
-        if self.batches_writes:
-            self.adapter.settle_writes = self._settle_writes
+        self.worker_hooks = (post, self._report, self.unstarted.discard)
+        self.adapter.stream_lane = self
         if running_asyncio():
             self.pool = AsyncioPool()
             try:
@@ -295,10 +292,8 @@ class _Loop:
         self.pool.cancel_all()
         self.unstarted.clear()
         self.worker_hooks = None
-        self.adapter.write_to_stream = _write_nowhere
-        if self.batches_writes:
-            self._settle_writes()
-            self.adapter.settle_writes = _no_writes_to_settle
+        self.settle_writes()
+        self.adapter.stream_lane = None
 
     async def _drive_beside_a_canceller(self) -> None:
         """:meth:`_drive`, beside a task that cancels the step bodies as soon as the run
@@ -345,7 +340,7 @@ class _Loop:
     def _process(self, tick: Tick) -> None:
         """Reduce one tick and execute its commands, in order."""
         if self.unaccounted:
-            self._settle_writes()
+            self.settle_writes()
         self.state, commands = reduce(self.state, tick)
         self.adapter.processed(tick, self.state, commands)
         handlers = _HANDLERS
@@ -439,7 +434,7 @@ class _Loop:
         self.unstarted.add(key)
         hooks = self.worker_hooks
         assert hooks is not None  # commands run only while ``run`` drives the loop
-        self.pool.spawn(key, self.run_step(invocation, *hooks), self.spawn_context)
+        self.pool.spawn(key, self.adapter.run_step(invocation, *hooks), self.spawn_context)
 
     def _report(self, invocation: Invocation, outcome: StepOutcome) -> None:
         """A worker's outcome (a cancelled worker reports none): post it as a tick."""
@@ -498,7 +493,7 @@ class _Loop:
             and state.last_alive_stamp is not None
         )
 
-    def _settle_writes(self) -> None:
+    def settle_writes(self) -> None:
         """Fold the stream writes published since the last reduction into the state.
 
         ``processed`` gets a ``PublishEvent`` tick standing for the batch (its last
