@@ -273,6 +273,18 @@ class DictLikeModel(BaseModel):
             if name == "_data":
                 return self._dyn()
             return self._priv().get(name, manual[name])
+        if not name.startswith("_"):
+            # A dynamic field, without pydantic's lookup raising first (run() keywords are
+            # read as attributes of the start event): pydantic finds a name that is not
+            # private in the extras or on the class, so one found in neither is dynamic.
+            try:
+                private = object.__getattribute__(self, "__pydantic_private__")
+                extra = object.__getattribute__(self, "__pydantic_extra__")
+            except AttributeError:  # not fully built yet: the general path below
+                private = extra = None
+            dynamic = private.get("_data") if private else None
+            if dynamic and name in dynamic and not extra and not hasattr(type(self), name):
+                return dynamic[name]
         if not name.startswith("__"):
             try:
                 return super().__getattr__(name)  # type: ignore[misc]

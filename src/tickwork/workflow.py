@@ -51,6 +51,8 @@ _log = logging.getLogger("tickwork")
 _GRAPH_CHECKS = frozenset({"dead_end", "reachability", "terminal_event"})
 _ID_ALPHABET = string.ascii_letters + string.digits
 _ID_SPACE = len(_ID_ALPHABET) ** 10
+# Two-digit groups: the pair for ``d`` is the digit ``d % 62`` then the digit ``d // 62``.
+_ID_PAIRS = [_ID_ALPHABET[d % 62] + _ID_ALPHABET[d // 62] for d in range(62 * 62)]
 
 # Live runs by id, held weakly so a finished run leaves nothing behind.
 _LIVE_RUNS: weakref.WeakValueDictionary[str, RunSession] = weakref.WeakValueDictionary()
@@ -179,11 +181,13 @@ _STEP_CONTEXT = Context._for_step
 def _new_run_id() -> str:
     """Ten random letters and digits, drawn with one call to the OS's random source."""
     number = secrets.randbelow(_ID_SPACE)
-    chars = []
-    for _ in range(10):
-        number, digit = divmod(number, 62)
-        chars.append(_ID_ALPHABET[digit])
-    return "".join(chars)
+    pairs = _ID_PAIRS
+    # Two base-62 digits at a time, least significant first (every run asks for one).
+    number, d1 = divmod(number, 3844)
+    number, d2 = divmod(number, 3844)
+    number, d3 = divmod(number, 3844)
+    number, d4 = divmod(number, 3844)
+    return pairs[d1] + pairs[d2] + pairs[d3] + pairs[d4] + pairs[number]
 
 
 class Workflow(metaclass=WorkflowMeta):

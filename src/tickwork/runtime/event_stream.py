@@ -171,14 +171,12 @@ class EventStream:
 
     def push(self, item: Any) -> None:
         """Append a published item (step state commands as records) and wake readers."""
-        flags = _FLAGS[type(item)]
-        if flags:
-            if flags & _SPECIAL:
-                recorder = _RECORDERS.get(type(item))
-                if recorder is not None:
-                    item = recorder(item)
-            elif flags & _STOP:
-                self.terminal_event = item
+        kind = type(item)
+        recorder = _RECORDERS.get(kind)
+        if recorder is not None:  # a step state change: most pushes
+            item = recorder(item)
+        elif _FLAGS[kind] & _STOP:
+            self.terminal_event = item
         self._items.append(item)
         if self._changed is not None:  # someone waits: _wake() (inlined, pushes are hot)
             self._wake()

@@ -338,13 +338,13 @@ class PMap(Generic[K, V]):
     def get(self, key: K, default: Any = None) -> Any:
         """The value for ``key``, or ``default``."""
         root = self._root
+        if root is None:
+            return default
         kind = type(root)
         if kind is _Small:
             return root.get(key, default)
         if kind is tuple:
             return root[1] if root[0] == key else default
-        if root is None:
-            return default
         return _get(root, key, hash(key), 0, default)
 
     def __getitem__(self, key: K) -> V:
@@ -359,6 +359,8 @@ class PMap(Generic[K, V]):
     def set(self, key: K, value: V) -> PMap[K, V]:
         """A new map where ``key`` maps to ``value``."""
         root = self._root
+        if root is None:
+            return PMap((key, value), 1)
         kind = type(root)
         if kind is _Small:
             if key in root or self.size < _SMALL:
@@ -375,8 +377,6 @@ class PMap(Generic[K, V]):
             small = _Small((root,))
             small[key] = value
             return PMap(small, 2)
-        elif root is None:
-            return PMap((key, value), 1)
         new_root, added = _set(root, key, value, hash(key), 0)
         return PMap(new_root, self.size + (1 if added else 0))
 
