@@ -157,6 +157,25 @@ class _Flags(dict[type, int]):
 
 _FLAGS = _Flags()
 
+_TERMINAL: Any = object()
+
+
+class _Pushes(dict[type, Any]):
+    """Class -> what ``push`` does with an item of it, in one lookup: its recorder (a
+    step state command), ``_TERMINAL`` (a ``StopEvent``) or ``None`` (keep it as is)."""
+
+    def __missing__(self, cls: type) -> Any:
+        if len(self) >= _MAX_CLASSES:
+            self.clear()
+        handle = _RECORDERS.get(cls)
+        if handle is None and IS_STOP[cls]:
+            handle = _TERMINAL
+        self[cls] = handle
+        return handle
+
+
+_PUSHES = _Pushes()
+
 
 class EventStream:
     """An append-only buffer with one shared read cursor."""
@@ -171,12 +190,12 @@ class EventStream:
 
     def push(self, item: Any) -> None:
         """Append a published item (step state commands as records) and wake readers."""
-        kind = type(item)
-        recorder = _RECORDERS.get(kind)
-        if recorder is not None:  # a step state change: most pushes
-            item = recorder(item)
-        elif _FLAGS[kind] & _STOP:
-            self.terminal_event = item
+        handle = _PUSHES[type(item)]
+        if handle is not None:
+            if handle is _TERMINAL:
+                self.terminal_event = item
+            else:  # a step state change
+                item = handle(item)
         self._items.append(item)
         if self._changed is not None:  # someone waits: _wake() (inlined, pushes are hot)
             self._wake()
