@@ -254,7 +254,7 @@ class _Loop:
         return self.exit
 
     async def _drive_beside_a_canceller(self) -> None:
-        """:meth:`_drive`, beside a task that cancels the step bodies as soon as the run
+        """``_drive``, beside a task that cancels the step bodies as soon as the run
         is cancelled.
 
         asyncio step bodies are plain tasks, cancelled when this loop unwinds; a durable
