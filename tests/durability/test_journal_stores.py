@@ -132,8 +132,8 @@ class Chain(Workflow):
         return StopEvent(result=total)
 
 
-async def wait_for_ask(handler: WorkflowHandler) -> None:
-    with anyio.fail_after(5):
+async def wait_for_ask(handler: WorkflowHandler, seconds: float = 5) -> None:
+    with anyio.fail_after(seconds):
         async for ev in handler.stream_events():
             if isinstance(ev, Ask):
                 return
@@ -622,7 +622,7 @@ class LongFlow(Workflow):
     HOPS = 1100
 
     def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("timeout", 30.0)
+        kwargs.setdefault("timeout", 120.0)
         super().__init__(**kwargs)
         self.hops_run = 0
 
@@ -644,8 +644,8 @@ async def test_recovery_after_a_compacting_snapshot_keeps_the_tail(
 ) -> None:
     store = make_store(tmp_path)
     handler = LongFlow(journal=store).run(run_id="long")
-    with anyio.fail_after(20):
-        await wait_for_ask(handler)
+    # 1,100 durable hops (fsync on): generous for a loaded machine.
+    await wait_for_ask(handler, seconds=60)
     live_seq = handler.ctx.to_dict()["journal_seq"]
     await wait_until_durable(store, "long", live_seq - 1)
     await hard_abort(handler)
