@@ -1,10 +1,16 @@
-"""tickwork: an embeddable, event-driven workflow runtime driven by a pure reducer."""
+"""tickwork: an embeddable, event-driven workflow runtime driven by a pure reducer.
+
+The event classes are imported with the package; ``Workflow``, ``Context``, ``step`` and
+``catch_error`` on first use (PEP 562), together with the runtime they need, so that
+``import tickwork`` stays cheap for code that only declares events.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from tickwork._lazy import lazy_exports
 from tickwork._version import __version__ as __version__
-from tickwork.context.context import Context
-from tickwork.decorators import catch_error, step
 from tickwork.events import (
     Event,
     HumanResponseEvent,
@@ -12,7 +18,12 @@ from tickwork.events import (
     StartEvent,
     StopEvent,
 )
-from tickwork.workflow import Workflow
+
+if TYPE_CHECKING:
+    from tickwork.context.context import Context as Context
+    from tickwork.decorators import catch_error as catch_error
+    from tickwork.decorators import step as step
+    from tickwork.workflow import Workflow as Workflow
 
 __all__ = [
     "Context",
@@ -25,6 +36,16 @@ __all__ = [
     "catch_error",
     "step",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "Context": "tickwork.context.context",
+        "Workflow": "tickwork.workflow",
+        "catch_error": "tickwork.decorators",
+        "step": "tickwork.decorators",
+    },
+)[0]
 
 
 def __dir__() -> list[str]:
