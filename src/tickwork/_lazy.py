@@ -2,18 +2,23 @@
 
 ``lazy_exports`` gives a package names it re-exports but imports only when first read.
 
-``import tickwork`` must stay cheap, so packages whose names pull in optional machinery
-(journal stores, SQLite, drawing, replay) re-export them lazily, through a module-level
-``__getattr__`` and ``__dir__`` (PEP 562)::
+``import tickwork`` must stay cheap, so the package root, and the packages whose names
+pull in optional machinery (journal stores, SQLite, drawing, replay), re-export them
+lazily, through a module-level ``__getattr__`` and ``__dir__`` (PEP 562)::
 
-    if TYPE_CHECKING:  # what type checkers (and the layering test) see
+    if TYPE_CHECKING:  # what type checkers see
         from tickwork.stores.sqlite import SqliteJournal as SqliteJournal
 
-    __getattr__, __dir__ = lazy_exports(__name__, {"SqliteJournal": "tickwork.stores.sqlite"})
+    if not TYPE_CHECKING:  # hidden from them, or they would accept any name as ``Any``
+        __getattr__, __dir__ = lazy_exports(
+            __name__, {"SqliteJournal": "tickwork.stores.sqlite"}
+        )
 
 The first read of a name imports its module and stores the value in the package's
 namespace, so later reads are plain attribute lookups and ``from pkg import Name`` works
-as if the import had been eager.
+as if the import had been eager.  The table is a plain dict literal: the layering test
+reads it, counts each module it names as an import of the package, and checks that every
+name is imported under ``TYPE_CHECKING`` from that module.
 
 ``built_on_first_use`` keeps one of tickwork's own pydantic models unbuilt until it is
 first used, without deferring the models users derive from it.
@@ -72,11 +77,12 @@ def built_on_first_use(cls: _Model) -> _Model:
     let its subclasses be built when they are declared, as usual.
 
     Building a model's validator and serializer is most of what defining it costs, and
-    the first build loads the rest of pydantic, so ``import tickwork`` builds none of its
-    own models.  Pydantic copies a base's config into its subclasses, so the flag is
-    taken off the class once it exists: a user's ``class MyEvent(Event)`` is still
-    checked and built where it is declared.  ``cls`` builds itself the first time it
-    validates or serializes anything (or on ``model_rebuild()``).
+    the first build loads the rest of pydantic, so loading tickwork builds none of its
+    own models: a program pays for those it uses.  Pydantic copies a base's config into
+    its subclasses, so the flag is taken off the class once it exists: a user's
+    ``class MyEvent(Event)`` is still checked and built where it is declared.  ``cls``
+    builds itself the first time it validates or serializes anything (or on
+    ``model_rebuild()``).
     """
     cls.model_config.pop("defer_build", None)
     return cls

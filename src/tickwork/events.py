@@ -60,6 +60,7 @@ __all__ = [
     "WorkflowTimedOutEvent",
 ]
 
+
 @built_on_first_use
 class DictLikeModel(BaseModel):
     """A pydantic model whose undeclared keyword arguments become *dynamic fields*.

@@ -42,19 +42,22 @@ __all__ = [
     "resume_run",
 ]
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "RecoveryResult": "tickwork.journal.recovery",
-        "load_run": "tickwork.journal.recovery",
-        "recover_runs": "tickwork.journal.recovery",
-        "resume_run": "tickwork.journal.recovery",
-        "InMemoryJournal": "tickwork.stores.memory",
-        "PostgresJournal": "tickwork.stores.postgres",
-        "SqliteJournal": "tickwork.stores.sqlite",
-        "JournalError": "tickwork.stores.store",
-        "JournalStore": "tickwork.stores.store",
-        "RunEntry": "tickwork.stores.store",
-        "StatePatch": "tickwork.stores.store",
-    },
-)
+# Run time only: type checkers read the imports above; a module __getattr__ would
+# have them accept any name, a typo included, as ``Any``.
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "RecoveryResult": "tickwork.journal.recovery",
+            "load_run": "tickwork.journal.recovery",
+            "recover_runs": "tickwork.journal.recovery",
+            "resume_run": "tickwork.journal.recovery",
+            "InMemoryJournal": "tickwork.stores.memory",
+            "PostgresJournal": "tickwork.stores.postgres",
+            "SqliteJournal": "tickwork.stores.sqlite",
+            "JournalError": "tickwork.stores.store",
+            "JournalStore": "tickwork.stores.store",
+            "RunEntry": "tickwork.stores.store",
+            "StatePatch": "tickwork.stores.store",
+        },
+    )

@@ -46,10 +46,22 @@ __all__ = [
     "WorkflowGraph",
 ]
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "get_workflow_representation": "tickwork.representation.build",
-        **{name: "tickwork.representation.model" for name in __all__[1:]},
-    },
-)
+# Run time only: type checkers read the imports above; a module __getattr__ would
+# have them accept any name, a typo included, as ``Any``.
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "get_workflow_representation": "tickwork.representation.build",
+            "WorkflowNodeBase": "tickwork.representation.model",
+            "WorkflowStepNode": "tickwork.representation.model",
+            "WorkflowEventNode": "tickwork.representation.model",
+            "WorkflowExternalNode": "tickwork.representation.model",
+            "WorkflowResourceNode": "tickwork.representation.model",
+            "WorkflowResourceConfigNode": "tickwork.representation.model",
+            "WorkflowGenericNode": "tickwork.representation.model",
+            "WorkflowGraphNode": "tickwork.representation.model",
+            "WorkflowGraphEdge": "tickwork.representation.model",
+            "WorkflowGraph": "tickwork.representation.model",
+        },
+    )

@@ -31,14 +31,17 @@ __all__ = [
     "StatePatch",
 ]
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "InMemoryJournal": "tickwork.stores.memory",
-        "SqliteJournal": "tickwork.stores.sqlite",
-        "JournalError": "tickwork.stores.store",
-        "JournalStore": "tickwork.stores.store",
-        "RunEntry": "tickwork.stores.store",
-        "StatePatch": "tickwork.stores.store",
-    },
-)
+# Run time only: type checkers read the imports above; a module __getattr__ would
+# have them accept any name, a typo included, as ``Any``.
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "InMemoryJournal": "tickwork.stores.memory",
+            "SqliteJournal": "tickwork.stores.sqlite",
+            "JournalError": "tickwork.stores.store",
+            "JournalStore": "tickwork.stores.store",
+            "RunEntry": "tickwork.stores.store",
+            "StatePatch": "tickwork.stores.store",
+        },
+    )

@@ -31,12 +31,15 @@ __all__ = [
     "replay_ticks_stream",
 ]
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "control_loop": "tickwork.runtime.control_loop.runner",
-        "rebuild_state_from_ticks": "tickwork.runtime.control_loop.replay",
-        "rebuild_state_from_ticks_stream": "tickwork.runtime.control_loop.replay",
-        "replay_ticks_stream": "tickwork.runtime.control_loop.replay",
-    },
-)
+# Run time only: type checkers read the imports above; a module __getattr__ would
+# have them accept any name, a typo included, as ``Any``.
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "control_loop": "tickwork.runtime.control_loop.runner",
+            "rebuild_state_from_ticks": "tickwork.runtime.control_loop.replay",
+            "rebuild_state_from_ticks_stream": "tickwork.runtime.control_loop.replay",
+            "replay_ticks_stream": "tickwork.runtime.control_loop.replay",
+        },
+    )
