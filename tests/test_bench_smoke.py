@@ -8,6 +8,7 @@ the table. Scenarios that need the runtime are skipped until ``tickwork.Workflow
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,10 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # ``bench`` lives at the repository root, not under src/
     sys.path.insert(0, str(ROOT))
 
-from bench import run  # noqa: E402
+from bench import import_time, run  # noqa: E402
 from bench._harness import BenchmarkError, Scenario, expect  # noqa: E402
 
 TINY = 10
+# ``import`` starts two fresh interpreters per unit of size: one is enough here.
+TINY_SIZES = {"import": 1}
 RUNTIME_SCENARIOS = [name for name in run.SCENARIO_MODULES if name != run.BASELINE]
 needs_runtime = pytest.mark.skipif(
     not hasattr(tickwork, "Workflow"),
@@ -40,18 +43,48 @@ def test_baseline_runs_and_checks_its_result() -> None:
 @pytest.mark.parametrize("name", RUNTIME_SCENARIOS)
 def test_scenario_runs_at_a_tiny_size(name: str) -> None:
     scenario = run.load_scenario(name)
-    assert scenario.measure(TINY) > 0
+    size = TINY_SIZES.get(name, TINY)
+    assert scenario.measure(size) > 0
     if scenario.extra_pass is not None:
-        assert scenario.extra_pass(TINY)
+        assert scenario.extra_pass(size)
 
 
 @needs_runtime
 def test_runner_prints_a_row_for_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run.main(["--sizes", f"{TINY},{TINY * 2}", "--reps", "1"]) == 0
+    in_process = [name for name in run.SCENARIO_MODULES if name not in TINY_SIZES]
+    argv = ["--only", ",".join(in_process), "--sizes", f"{TINY},{TINY * 2}", "--reps", "1"]
+    assert run.main(argv) == 0
+    for name in TINY_SIZES:
+        assert run.main(["--only", name, "--sizes", str(TINY_SIZES[name]), "--reps", "1"]) == 0
     out = capsys.readouterr().out
     for name in run.SCENARIO_MODULES:
         assert f"\n{name} " in out, f"no row for {name}:\n{out}"
     assert "FAILED" not in out
+
+
+def test_the_import_row_gives_both_ratios(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run.main(["--only", "import", "--sizes", "1", "--reps", "1"]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("import ")]
+    assert re.search(r"\d+\.\d\dx `import pydantic, anyio` \(\d+ ms\)", row), row
+    assert re.search(r"importtime [\d.]+ ms = \d+\.\d\dx", row), row
+
+
+def test_importtime_reports_are_read_without_the_start_up() -> None:
+    report = "\n".join(
+        [
+            "import time: self [us] | cumulative | imported package",
+            "import time:       300 |        500 | encodings",
+            "import time:       100 |        200 |   _distutils_hack",
+            "import time:      1000 |       9000 | site",
+            "import time:       400 |       1500 | pydantic",
+            "import time:      1100 |       1100 |   pydantic_core",
+            "import time:       250 |        250 | anyio",
+            "something a child printed",
+        ]
+    )
+    assert import_time.import_seconds(report) == pytest.approx(1750e-6)
+    with pytest.raises(BenchmarkError, match="site"):
+        import_time.import_seconds("import time:       400 |       1500 | pydantic")
 
 
 def test_runner_table_for_the_baseline(capsys: pytest.CaptureFixture[str]) -> None:

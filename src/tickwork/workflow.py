@@ -14,7 +14,7 @@ import secrets
 import string
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -28,21 +28,21 @@ from tickwork.errors import (
 )
 from tickwork.events import Event, StartEvent, StopEvent
 from tickwork.handler import WorkflowHandler
-from tickwork.representation.build import discover_step_functions
-from tickwork.representation.checks import check_catch_error_structure, validate_steps
 from tickwork.resource import ResourceManager
 from tickwork.resource_checks import validate_step_resources
 from tickwork.runtime.config import build_run_config
 from tickwork.runtime.default import DEFAULT_RUNTIME, InProcessRuntime
 from tickwork.runtime.run_slots import RunSlots
 from tickwork.runtime.session import RunSession, detect_backend
+from tickwork.runtime.step_shapes import discover_step_functions
 from tickwork.runtime.step_worker import StepInvokers
 from tickwork.runtime.types.state import RunConfig
 from tickwork.runtime.verbose import VerbosePrinter, choose_sink
 from tickwork.serde.serializers import BaseSerializer
-from tickwork.stores.records import Lease
-from tickwork.stores.remote import RemoteHandler
-from tickwork.stores.store import JournalStore
+
+if TYPE_CHECKING:
+    from tickwork.stores.records import Lease
+    from tickwork.stores.remote import RemoteHandler
 
 __all__ = ["Workflow", "WorkflowMeta"]
 
@@ -117,6 +117,9 @@ def _check_journal(journal: Any) -> Any:
     """The ``journal`` option as stored: a bool or a store whose ``check()`` passed."""
     if journal is None or isinstance(journal, bool):
         return bool(journal)
+    # Imported here: a workflow without a journal store never loads the stores.
+    from tickwork.stores.store import JournalStore
+
     if isinstance(journal, JournalStore):
         _probe_journal(journal)
         return journal
@@ -354,6 +357,8 @@ class Workflow(metaclass=WorkflowMeta):
         self, *, validate_resource_configs: bool = True, validate_resources: bool = False
     ) -> bool:
         """Run every check (api.md §6.5); returns whether the workflow uses HITL."""
+        from tickwork.representation.checks import validate_steps
+
         steps = self._get_steps()
         if not steps:
             raise WorkflowConfigurationError(f"workflow {self.workflow_name} has no steps")
@@ -370,6 +375,9 @@ class Workflow(metaclass=WorkflowMeta):
         """Validate once per registry version and build the reducer config."""
         version = type(self)._registry_version
         if self._validated_version != version:
+            # The checks are imported by the first run, not by ``import tickwork``.
+            from tickwork.representation.checks import check_catch_error_structure, validate_steps
+
             steps = self._get_steps()
             if self._disable_validation:
                 check_catch_error_structure(steps)
@@ -522,6 +530,8 @@ class Workflow(metaclass=WorkflowMeta):
             queue=queue,
             priority=priority,
         )
+        from tickwork.stores.remote import RemoteHandler
+
         return RemoteHandler(store, run_id, serializer)
 
     def _build_start_event(

@@ -23,17 +23,17 @@ from tickwork._deprecation import warn_once
 from tickwork.context.state_store import DictState, InMemoryStateStore, infer_state_type
 from tickwork.errors import ContextSerdeError, ContextStateError, WorkflowRuntimeError
 from tickwork.events import Event
-from tickwork.retry_policy import RetryInfo
 from tickwork.runtime.control_loop.reduce import initial_state
 from tickwork.runtime.session import RunSession, detect_backend
 from tickwork.runtime.step_scope import check_send_target, current_step_context
 from tickwork.runtime.types.evolve import evolve
 from tickwork.runtime.types.state import RunConfig, RunState
 from tickwork.serde.serializers import BaseSerializer, JsonSerializer
-from tickwork.serde.snapshot import SnapshotCache, decode_snapshot, encode_snapshot
 
 if TYPE_CHECKING:
+    from tickwork.retry_policy import RetryInfo
     from tickwork.runtime.step_scope import StepScope
+    from tickwork.serde.snapshot import SnapshotCache
 
 __all__ = ["Context"]
 
@@ -118,6 +118,8 @@ class Context(Generic[MODEL_T]):
 
     def _load_snapshot(self, data: dict[str, Any]) -> tuple[RunState, InMemoryStateStore[Any]]:
         """Rebuild the run state and the store of a snapshot (``ContextSerdeError``)."""
+        from tickwork.serde.snapshot import decode_snapshot  # the codec, on first snapshot
+
         config = self._workflow._reducer_config()
         state = decode_snapshot(data, config, self._serializer)
         section = data.get("state")
@@ -164,6 +166,8 @@ class Context(Generic[MODEL_T]):
                 "Context.to_dict() needs handler code or a pre-run context; it was called "
                 "inside a step"
             )
+        from tickwork.serde.snapshot import SnapshotCache, encode_snapshot
+
         ser = serializer or self._serializer
         section = self.store.to_dict(ser) if include_state else None
         if self._snapshot_cache is None:

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -27,16 +27,19 @@ if sys.version_info < (3, 11):  # pragma: no cover - anyio installs the backport
 from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import StopEvent, WorkflowFailedEvent
 from tickwork.runtime.control_loop.runner import RunExit, control_loop, using_adapter
-from tickwork.runtime.durable import DurableWriter
 from tickwork.runtime.event_stream import EventStream
-from tickwork.runtime.ownership import Ownership
 from tickwork.runtime.run_slots import RunSlots
 from tickwork.runtime.step_worker import StepInvoker, execute_invocation
 from tickwork.runtime.tracing import StepSpan, end_run_span, start_run_span, step_span
 from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.state import Invocation, RunConfig, RunState, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
-from tickwork.stores.records import Lease, LeaseLost
+
+if TYPE_CHECKING:
+    # Journaled runs only: imported where a run with a journal store needs them.
+    from tickwork.runtime.durable import DurableWriter
+    from tickwork.runtime.ownership import Ownership
+    from tickwork.stores.records import Lease, LeaseLost
 
 __all__ = ["DoneFlag", "RunSession", "detect_backend"]
 
@@ -204,6 +207,9 @@ class RunSession:
         self.serializer = serializer
         self.writer: DurableWriter | None = None
         if journal_store is not None:
+            from tickwork.runtime.durable import DurableWriter
+            from tickwork.runtime.ownership import Ownership
+
             self.writer = DurableWriter(
                 journal_store, run_id, config.workflow_name, serializer, store
             )
@@ -292,6 +298,8 @@ class RunSession:
         A frame of its own, so that no local of ``_host`` (whose frame the traceback
         holds) keeps the exception.
         """
+        from tickwork.stores.records import LeaseLost
+
         error = _unwrap(raised)
         if isinstance(error, LeaseLost):
             self.lose_lease(error)
@@ -334,6 +342,8 @@ class RunSession:
         """
         if self.writer is None or self.ownership is None:
             return
+        from tickwork.runtime.ownership import Ownership
+
         if lease_seconds is not None:
             self.ownership.lease_seconds = lease_seconds
         owned = self.writer.register(

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
+import sys
 from typing import Any
 
 from tickwork._version import __version__
@@ -21,6 +23,8 @@ from tickwork._version import __version__
 __all__ = ["StepSpan", "end_run_span", "start_run_span", "step_span", "tracing_available"]
 
 _TRACER: Any = None
+# Names a tracer provider for OpenTelemetry's API to load on first use.
+_PROVIDER_VARIABLE = "OTEL_PYTHON_TRACER_PROVIDER"
 _AVAILABLE: bool | None = None
 
 
@@ -36,8 +40,13 @@ def _sdk_configured() -> bool:
     """Whether a real tracer provider is installed (checked once per run).
 
     Without one, OpenTelemetry hands out no-op spans; creating, attaching and ending
-    them still costs microseconds per step, so tickwork skips them altogether.
+    them still costs microseconds per step, so tickwork skips them altogether.  A
+    provider is installed through ``opentelemetry.trace`` (or named by the
+    ``OTEL_PYTHON_TRACER_PROVIDER`` variable): while neither is the case, there is none,
+    and a program that does not trace never imports OpenTelemetry.
     """
+    if "opentelemetry.trace" not in sys.modules and not os.environ.get(_PROVIDER_VARIABLE):
+        return False
     from opentelemetry import trace
 
     provider = trace.get_tracer_provider()
