@@ -169,3 +169,16 @@ def test_postgres_is_lazy_and_left_out_of_dir() -> None:
     from tickwork.stores.postgres import PostgresJournal as defined
 
     assert PostgresJournal is defined
+
+
+def test_a_submodule_is_reachable_as_an_attribute_after_a_bare_import() -> None:
+    # As with a package that imports its submodules eagerly (the anchor's does).
+    code = "import tickwork; print(tickwork.events.StartEvent.__name__, tickwork.errors.__name__)"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    assert result.stdout.split() == ["StartEvent", "tickwork.errors"]

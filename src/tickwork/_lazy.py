@@ -29,6 +29,7 @@ This module imports nothing from tickwork, so every layer may use it.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -46,9 +47,10 @@ def lazy_exports(
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of ``package`` for its lazily imported names.
 
-    ``exports`` maps each lazy name to the module that defines it.  ``__getattr__``
-    raises ``AttributeError`` for any other name (so ``from package import submodule``
-    still falls back to importing the submodule).  ``__dir__`` lists what ``dir()``
+    ``exports`` maps each lazy name to the module that defines it.  Any other name that
+    is a submodule of ``package`` is imported too (``import tickwork`` then
+    ``tickwork.events.StartEvent`` works, as it would after eager imports); the rest
+    raise ``AttributeError``.  ``__dir__`` lists what ``dir()``
     would list after eager imports: the package's namespace plus its lazy names, except
     those left out of its ``__all__`` (an optional dependency, such as PostgreSQL's, is
     then imported only by code that names it, never by ``help()`` or completion).
@@ -58,7 +60,7 @@ def lazy_exports(
     def __getattr__(name: str) -> Any:
         source = table.get(name)
         if source is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            return _submodule(package, name)
         value = getattr(importlib.import_module(source), name)
         # Later reads find the name in the namespace and never come back here.
         setattr(sys.modules[package], name, value)
@@ -70,6 +72,14 @@ def lazy_exports(
         return sorted({*namespace, *(name for name in table if name in public)})
 
     return __getattr__, __dir__
+
+
+def _submodule(package: str, name: str) -> Any:
+    """The submodule ``name`` of ``package``, imported (``AttributeError`` if none)."""
+    qualified = f"{package}.{name}"
+    if not name.startswith("__") and importlib.util.find_spec(qualified) is not None:
+        return importlib.import_module(qualified)  # the import binds it on the package
+    raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
 
 def built_on_first_use(cls: _Model) -> _Model:
