@@ -10,6 +10,8 @@ time per item (hop, task, run or event), that time as a multiple of the raw-asyn
 the ``baseline`` scenario, and for size sweeps the growth exponent
 ``log(t2/t1) / log(n2/n1)`` between consecutive sizes (1.0 is linear). Every scenario checks
 its own result; one that fails is reported and makes the exit status 1, never skipped.
+A scenario that needs something this machine lacks (the Postgres ones need ``TW_PG_DSN``)
+gets a row saying so.
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ SCENARIO_MODULES = {
     "snapshot": "bench.snapshot",
     "replay": "bench.replay",
     "durable_chain": "bench.durable_chain",
+    "durable_chain_pg": "bench.durable_chain_pg",
+    "fleet": "bench.fleet",
+    "failover": "bench.failover",
+    "parked_wake": "bench.parked_wake",
+    "parked_wake_poll": "bench.parked_wake_poll",
+    "worker_parked": "bench.worker_parked",
 }
 BASELINE = "baseline"
 DEFAULT_REPS = 5
@@ -78,6 +86,7 @@ class Outcome:
     name: str
     rows: list[Row]
     error: str | None = None
+    skipped: str | None = None  # why the scenario could not run here
 
 
 def growth_exponent(n1: int, t1: float, n2: int, t2: float) -> float:
@@ -185,6 +194,11 @@ def render_table(outcomes: Sequence[Outcome]) -> str:
         if outcome.error is not None:
             table.append((outcome.name, "-", "-", "-", "-", "-", "-", "-", "FAILED, see below"))
             continue
+        if outcome.skipped is not None:
+            table.append(
+                (outcome.name, "-", "-", "-", "-", "-", "-", "-", f"skipped: {outcome.skipped}")
+            )
+            continue
         previous: Row | None = None
         for row in outcome.rows:
             scenario = row.scenario
@@ -267,8 +281,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in _selected(args.only):
         try:
             scenario = load_scenario(name)
+            reason = scenario.unavailable()
+            if reason is not None:
+                log(f"{name}: skipped: {reason}")
+                outcomes.append(Outcome(name, [], skipped=reason))
+                continue
             sizes = args.sizes or (scenario.quick_sizes if args.quick else scenario.sizes)
-            outcomes.append(Outcome(name, measure(scenario, sizes, reps, log)))
+            outcomes.append(Outcome(name, measure(scenario, scenario.fit(sizes), reps, log)))
         except Exception:
             outcomes.append(Outcome(name, [], traceback.format_exc()))
     print()

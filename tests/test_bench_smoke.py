@@ -7,6 +7,7 @@ the table. Scenarios that need the runtime are skipped until ``tickwork.Workflow
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -40,18 +41,56 @@ def test_baseline_runs_and_checks_its_result() -> None:
 @pytest.mark.parametrize("name", RUNTIME_SCENARIOS)
 def test_scenario_runs_at_a_tiny_size(name: str) -> None:
     scenario = run.load_scenario(name)
-    assert scenario.measure(TINY) > 0
+    reason = scenario.unavailable()
+    if reason is not None:  # e.g. the Postgres scenarios without TW_PG_DSN
+        pytest.skip(reason)
+    n = scenario.tiny or TINY
+    assert scenario.measure(n) > 0
     if scenario.extra_pass is not None:
-        assert scenario.extra_pass(TINY)
+        assert scenario.extra_pass(n)
 
 
 @needs_runtime
-def test_runner_prints_a_row_for_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+def test_runner_prints_a_row_for_every_scenario(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The scenarios with a tiny size of their own start processes or wait for leases:
+    # test_scenario_runs_at_a_tiny_size measures them; here they only need their row.
+    load = run.load_scenario
+
+    def light(name: str) -> Scenario:
+        scenario = load(name)
+        if scenario.tiny is None:
+            return scenario
+        return dataclasses.replace(scenario, measure=lambda n: 1e-3, extra_pass=None)
+
+    monkeypatch.setattr(run, "load_scenario", light)
     assert run.main(["--sizes", f"{TINY},{TINY * 2}", "--reps", "1"]) == 0
     out = capsys.readouterr().out
     for name in run.SCENARIO_MODULES:
         assert f"\n{name} " in out, f"no row for {name}:\n{out}"
     assert "FAILED" not in out
+
+
+def test_a_scenario_that_cannot_run_here_gets_a_row_saying_why(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def never(n: int) -> float:
+        raise AssertionError("an unavailable scenario is not measured")
+
+    absent = Scenario("baseline", "needs a server", "hop", (1,), (1,), never)
+    absent = dataclasses.replace(absent, requires=lambda: "no server here")
+    monkeypatch.setattr(run, "load_scenario", lambda name: absent)
+    assert run.main(["--only", "baseline", "--reps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped: no server here" in out and "FAILED" not in out
+
+
+def test_sizes_are_lowered_to_a_scenarios_limit() -> None:
+    scenario = Scenario("x", "", "worker", (1, 2, 4), (1,), lambda n: 1.0, max_size=4)
+    assert scenario.fit((1, 2, 4)) == (1, 2, 4)
+    assert scenario.fit((10, 20)) == (4,)
+    assert dataclasses.replace(scenario, max_size=None).fit((10, 20)) == (10, 20)
 
 
 def test_runner_table_for_the_baseline(capsys: pytest.CaptureFixture[str]) -> None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 
 from tickwork._serde_fields import dump_exception
 from tickwork.handler import WorkflowHandler
@@ -106,6 +107,9 @@ class Worker:
         self.active: dict[str, _Active] = {}
         self._stopping = False
         self._stopped = anyio.Event()
+        self._watchers: TaskGroup | None = None
+        self._sleeping: anyio.CancelScope | None = None
+        self._ended = False
         self.claimed = 0
         self.parked = 0
         self.lost = 0
@@ -125,20 +129,47 @@ class Worker:
             },
         )
         try:
-            while not self._stopping:
-                await self._claim()
-                await self._tend()
-                await self.store.touch_worker(self.worker_id, sorted(self.active))
-                with anyio.move_on_after(self.options.poll_seconds):
-                    await self.store.wait_for_change(self.options.poll_seconds)
+            async with anyio.create_task_group() as watchers:
+                self._watchers = watchers
+                while not self._stopping:
+                    # Forget the runs that ended first, so that their slots are claimed
+                    # again in this same pass.
+                    await self._tend()
+                    await self._claim()
+                    await self.store.touch_worker(self.worker_id, sorted(self.active))
+                    await self._sleep()
+                watchers.cancel_scope.cancel()
+            self._watchers = None
             await self._shut_down()
         finally:
             await self.store.unregister_worker(self.worker_id)
             self._stopped.set()
 
+    async def _sleep(self) -> None:
+        """Until the store reports a change, one of this worker's runs ends (its slot is
+        free), or ``poll_seconds`` pass."""
+        if self._ended:
+            self._ended = False
+            return
+        with anyio.move_on_after(self.options.poll_seconds) as scope:
+            self._sleeping = scope
+            await self.store.wait_for_change(self.options.poll_seconds)
+        self._sleeping = None
+        self._ended = False
+
+    async def _watch(self, session: RunSession) -> None:
+        """Wake the loop when ``session`` ends: a run's end frees a slot, and nothing may
+        notify the store about it (or the notice comes before the session is done)."""
+        await session.done.wait()
+        self._ended = True
+        if self._sleeping is not None:
+            self._sleeping.cancel()
+
     def stop(self) -> None:
         """Stop claiming; :meth:`run` then hands the remaining runs back and returns."""
         self._stopping = True
+        if self._sleeping is not None:
+            self._sleeping.cancel()
 
     async def _claim(self) -> None:
         free = self.options.concurrency - len(self.active)
@@ -171,6 +202,8 @@ class Worker:
             return
         handler._session.discard_stream()
         self.active[run_id] = _Active(claim, handler)
+        if self._watchers is not None:
+            self._watchers.start_soon(self._watch, handler._session)
 
     async def _fail(self, claim: Claim, error: BaseException) -> None:
         failure = JournalError(f"run {claim.lease.run_id!r} cannot be run: {error}")
