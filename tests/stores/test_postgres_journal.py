@@ -273,6 +273,38 @@ async def test_a_fenced_append_after_a_takeover_is_refused_and_writes_nothing(
 
 
 @pytest.mark.anyio
+async def test_releasing_a_run_that_finished_under_the_lease_leaves_it_finished(
+    store: PostgresJournal,
+) -> None:
+    lease = store.register_run("r1", "Flow", SNAPSHOT, owner="w1")
+    assert lease is not None
+    await store.append("r1", _records(0), None, "completed", lease=lease, outcome=RunOutcome(1))
+    await store.release_run(lease, status="queued")  # a worker stopping as the run ends
+    await store.release_run(lease, status="parked", wake_at=0.0)
+    entry = await store.get_run("r1")
+    assert entry is not None and entry.status == "completed" and entry.outcome == RunOutcome(1)
+    assert await store.claim_runs("w2", ["Flow"], limit=5) == []
+    stale = Lease("r1", "w1", 0)
+    with pytest.raises(LeaseLost, match="owned by w1 at epoch 1, not by w1 at epoch 0"):
+        await store.release_run(stale)
+
+
+@pytest.mark.anyio
+async def test_a_run_that_finished_under_its_lease_is_still_held_by_renewals(
+    store: PostgresJournal,
+) -> None:
+    # Its owner is writing its final snapshot: a renewal must not report it lost.
+    ending = store.register_run("ending", "Flow", SNAPSHOT, owner="w1")
+    running = store.register_run("running", "Flow", SNAPSHOT, owner="w1")
+    assert ending is not None and running is not None
+    await store.append("ending", _records(0), None, "completed", lease=ending)
+    assert store.renew_leases("w1", [ending, running], 30.0) == {"ending", "running"}
+    assert store.renew_leases("w1", [Lease("ending", "w1", 0)], 30.0) == set()
+    entry = await store.get_run("ending")
+    assert entry is not None and entry.lease_until is None  # finished: no lease renewed
+
+
+@pytest.mark.anyio
 async def test_register_run_takes_over_only_an_expired_or_own_lease(
     store: PostgresJournal,
 ) -> None:
@@ -406,6 +438,33 @@ async def test_a_run_claimed_too_often_without_progress_fails_as_poison(
     assert await store.claim_run("poison", "w") is None
     fine_entry = await store.get_run("fine")
     assert fine_entry is not None and fine_entry.claims_without_progress == 1
+
+
+@pytest.mark.anyio
+async def test_a_sessions_opening_record_alone_is_not_progress(store: PostgresJournal) -> None:
+    # Each claim starts a session that journals its opening record before any step runs:
+    # a run killing every worker that takes it appends that much each time, and must
+    # still be failed as poison.
+    await store.submit_run("poison", "Flow", SNAPSHOT, start_event={})
+    opening = {"type": "session_start", "stamped_at": 0.0, "run_id": "poison"}
+    for claims in (1, 2):
+        [claim] = await store.claim_runs("w", ["Flow"], lease_seconds=0, max_claims=2)
+        seq = claim.entry.last_seq + 1
+        await store.append("poison", [JournalRecord(seq, opening)], lease=claim.lease)
+        entry = await store.get_run("poison")
+        assert entry is not None and entry.claims_without_progress == claims
+    assert await store.claim_runs("w", ["Flow"], lease_seconds=0, max_claims=2) == []
+    entry = await store.get_run("poison")
+    assert entry is not None and entry.status == "failed"
+
+    # Anything more is progress.
+    await store.submit_run("fine", "Flow", SNAPSHOT, start_event={})
+    [claim] = await store.claim_runs("w", ["Flow"], lease_seconds=0, max_claims=2)
+    seq = claim.entry.last_seq + 1
+    records = [JournalRecord(seq, opening), *_records(seq + 1)]
+    await store.append("fine", records, lease=claim.lease)
+    entry = await store.get_run("fine")
+    assert entry is not None and entry.claims_without_progress == 0
 
 
 # -- inbox, parking and the stream ---------------------------------------------------------

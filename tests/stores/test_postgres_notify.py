@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("psycopg")
 
-from tickwork.stores.postgres_notify import ChangeListener  # noqa: E402
+from tickwork.stores.postgres_notify import ChangeListener
 
 
 def _unused_connection() -> None:

@@ -40,7 +40,13 @@ from tickwork.runtime.session import RunSession
 from tickwork.runtime.types.state import RunState
 from tickwork.stores import metrics
 from tickwork.stores.leases import process_owner
-from tickwork.stores.records import Claim, JournalError, LeaseLost, RunOutcome
+from tickwork.stores.records import (
+    Claim,
+    JournalError,
+    LeaseLost,
+    RunOutcome,
+    StoreUnavailable,
+)
 from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS, JournalStore
 
 __all__ = ["Worker", "WorkerOptions"]
@@ -65,6 +71,8 @@ class WorkerOptions:
 class _Active:
     claim: Claim
     handler: WorkflowHandler
+    since: float
+    """When this worker took the run (idle time counts from then at the earliest)."""
 
     @property
     def session(self) -> RunSession:
@@ -132,17 +140,26 @@ class Worker:
             async with anyio.create_task_group() as watchers:
                 self._watchers = watchers
                 while not self._stopping:
-                    # Forget the runs that ended first, so that their slots are claimed
-                    # again in this same pass.
-                    await self._tend()
-                    await self._claim()
-                    await self.store.touch_worker(self.worker_id, sorted(self.active))
+                    try:
+                        # Forget the runs that ended first, so that their slots are
+                        # claimed again in this same pass.
+                        await self._tend()
+                        await self._claim()
+                        await self.store.touch_worker(self.worker_id, sorted(self.active))
+                    except JournalError as error:
+                        # The store retried and gave up (the database is down for
+                        # longer): keep serving, the runs here go on, and try again at
+                        # the next poll.
+                        _log.warning("worker %s: the store failed: %s", self.worker_id, error)
                     await self._sleep()
                 watchers.cancel_scope.cancel()
             self._watchers = None
             await self._shut_down()
         finally:
-            await self.store.unregister_worker(self.worker_id)
+            try:
+                await self.store.unregister_worker(self.worker_id)
+            except JournalError as error:
+                _log.warning("worker %s: unregistering failed: %s", self.worker_id, error)
             self._stopped.set()
 
     async def _sleep(self) -> None:
@@ -191,19 +208,45 @@ class Worker:
     async def _start(self, claim: Claim) -> None:
         run_id = claim.lease.run_id
         workflow = self.workflows[claim.entry.workflow_name]
+        stale = self.active.pop(run_id, None)
+        if stale is not None:
+            await self._drop_stale(stale, claim)
         try:
-            handler = await resume_claimed(workflow, claim)
+            handler = await resume_claimed(
+                workflow, claim, lease_seconds=self.options.lease_seconds
+            )
         except LeaseLost as error:
             _log.warning("run %s was taken over while it was loaded: %s", run_id, error)
+            return
+        except StoreUnavailable as error:
+            # Nothing is wrong with the run: its claim's lease (not renewed) expires and
+            # it is claimed again.
+            _log.warning("run %s could not be loaded, the store is unavailable: %s", run_id, error)
             return
         except Exception as error:
             _log.error("run %s cannot be loaded, it fails: %s", run_id, error, exc_info=error)
             await self._fail(claim, error)
             return
         handler._session.discard_stream()
-        self.active[run_id] = _Active(claim, handler)
+        self.active[run_id] = _Active(claim, handler, time.time())
         if self._watchers is not None:
             self._watchers.start_soon(self._watch, handler._session)
+
+    async def _drop_stale(self, stale: _Active, claim: Claim) -> None:
+        """This worker claimed again a run it still runs: its lease had expired (its
+        renewals were late or failing) and the claim raised the epoch, so the old
+        session's writes would all be refused.  Stop it, publishing nothing, before the
+        run resumes from the journal under the new lease."""
+        session = stale.session
+        self.lost += 1
+        session.lose_lease(
+            LeaseLost(
+                f"run {claim.lease.run_id!r}: its lease expired and this worker claimed it "
+                f"again (epoch {claim.lease.epoch}); the session of epoch "
+                f"{stale.claim.lease.epoch} stops"
+            )
+        )
+        await session.host_done.wait()
 
     async def _fail(self, claim: Claim, error: BaseException) -> None:
         failure = JournalError(f"run {claim.lease.run_id!r} cannot be run: {error}")
@@ -227,10 +270,22 @@ class Worker:
                     self.lost += 1
                 del self.active[run_id]
                 continue
-            state = session.state
-            last = state.last_alive_stamp or now
-            if _parkable(state) and now - last >= self.options.idle_release:
+            if await self._idle(run_id, active, now):
                 await self._park(run_id, active)
+
+    async def _idle(self, run_id: str, active: _Active, now: float) -> bool:
+        """Whether a run only waits, has done so for ``idle_release`` seconds, and has
+        nothing to get to: no passed deadline, no inbox item (a run is usually claimed
+        for one of those, before its session could take it)."""
+        state = active.session.state
+        # Its last input may be older than this claim (the run was parked).
+        last = max(state.last_alive_stamp or now, active.since)
+        if not _parkable(state) or now - last < self.options.idle_release:
+            return False
+        deadline = _earliest_deadline(state)
+        if deadline is not None and deadline <= now:
+            return False
+        return not await self.store.read_inbox(run_id)
 
     async def _park(self, run_id: str, active: _Active) -> None:
         session = active.session
@@ -240,12 +295,16 @@ class Worker:
         await self._put_back(session, active.claim, park=True)
 
     async def _put_back(self, session: RunSession, claim: Claim, *, park: bool) -> None:
-        """Park a stopped session's run (or hand it back when it is not only waiting)."""
+        """Park a stopped session's run (or hand it back when it is not only waiting).
+
+        A run that ended meanwhile is left as it is: its final records are written, and
+        handing it back would have it run again.
+        """
         state = session.state
         writer = session.writer
         lease = session.ownership.lease if session.ownership is not None else claim.lease
-        if lease is None or writer is None:
-            return
+        if lease is None or writer is None or state.finished:
+            return  # a run that ended recorded its outcome: it is not given back
         try:
             if park and _parkable(state) and writer.settled:
                 await writer.write_compacting_snapshot(state)
@@ -258,6 +317,9 @@ class Worker:
                 await self.store.release_run(lease, status="queued")
         except LeaseLost as error:
             _log.warning("run %s was taken over before it was put back: %s", lease.run_id, error)
+        except JournalError as error:
+            # Its lease is no longer renewed: another worker claims it once it expires.
+            _log.warning("run %s could not be put back: %s", lease.run_id, error)
 
     async def _shut_down(self) -> None:
         """Let running steps finish for ``grace`` seconds, then hand every run back."""

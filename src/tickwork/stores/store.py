@@ -26,8 +26,9 @@ for the embedded stores).
 
 A run is claimable when it is ``queued``; ``parked`` with a passed ``wake_at`` or an
 unconsumed inbox item; or ``running`` with an expired lease or no owner.  A run claimed
-``max_claims`` times without a successful ``append`` in between is *poison*: the store
-fails it (with an error naming it) instead of handing it out again.
+``max_claims`` times without progress in between (a successful ``append`` of more than
+the record each session opens with: :func:`is_progress`) is *poison*: the store fails it
+(with an error naming it) instead of handing it out again.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from tickwork.serde.journal_codec import opens_session
 from tickwork.stores.records import (
     FINISHED,
     UNFINISHED,
@@ -71,6 +73,7 @@ __all__ = [
     "StatePatch",
     "StreamItem",
     "WorkerEntry",
+    "is_progress",
 ]
 
 DEFAULT_LEASE_SECONDS = 30.0
@@ -78,6 +81,17 @@ DEFAULT_LEASE_SECONDS = 30.0
 
 DEFAULT_MAX_CLAIMS = 5
 """Claims without progress after which a run is failed as poison."""
+
+
+def is_progress(records: Sequence[JournalRecord]) -> bool:
+    """Whether appending ``records`` is progress of their run, which resets its poison
+    counter: any record but the one a session opens with.
+
+    Every claim of a run starts a session, and the session journals its opening record
+    before it runs a step; were that record progress, a run that kills every worker
+    taking it would never be failed as poison.
+    """
+    return any(not opens_session(record.data) for record in records)
 
 
 @runtime_checkable
@@ -152,8 +166,9 @@ class JournalStore(Protocol):
         In the same transaction: the inbox items ``consumed`` are marked consumed by
         these records, the ``stream`` items are stored, and ``final_status`` (with its
         ``outcome``) marks the run finished, so a run whose last records are durable is
-        never mistaken for an interrupted one.  A successful append resets the run's
-        poison counter.  Fenced by ``lease`` when given (``LeaseLost``).
+        never mistaken for an interrupted one.  A successful append of progress
+        (:func:`is_progress`) resets the run's poison counter.  Fenced by ``lease`` when
+        given (``LeaseLost``).
         """
 
     def read(self, run_id: str, from_seq: int = 0) -> AsyncIterator[JournalRecord]:
@@ -236,8 +251,9 @@ class JournalStore(Protocol):
 
     def renew_leases(self, owner: str, leases: Sequence[Lease], lease_seconds: float) -> set[str]:
         """Extend ``owner``'s leases in one statement; the ids of the runs still held
-        (a lease missing from the result was lost).  Blocking: a renewal thread calls
-        it."""
+        (a lease missing from the result was lost).  A run that finished under its lease
+        counts as held: its owner is still writing its last records (the final
+        snapshot), which the lease fences.  Blocking: a renewal thread calls it."""
         ...
 
     async def release_run(
@@ -250,7 +266,8 @@ class JournalStore(Protocol):
         """Give a run back, fenced by ``lease``: ``queued`` (a worker shutting down hands
         it to others at once) or ``parked`` (it only waits: claimable again at
         ``wake_at`` or when its inbox gets an item).  The owner writes a compacting
-        snapshot first, so that the next claimer reads a short journal."""
+        snapshot first, so that the next claimer reads a short journal.  A run that
+        finished under ``lease`` is left as it is (never made claimable again)."""
 
     async def expire_owner(self, owner: str) -> int:
         """End every lease of ``owner`` (a worker known to be dead); how many ended."""

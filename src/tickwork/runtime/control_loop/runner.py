@@ -1,10 +1,10 @@
 """The async side of the control loop: the only place that awaits, spawns and reads clocks.
 
-One :class:`_Loop` drives one run.  It stamps ticks, folds them through the pure reducer,
+One ``_Loop`` drives one run.  It stamps ticks, folds them through the pure reducer,
 and executes the commands the reducer returns: starting worker tasks, publishing to the
 stream, scheduling timers in a heap, and ending the run.  Everything run-specific (how a
 step body is called, where published events go, journaling) is reached through a
-:class:`LoopAdapter`, set by tickwork's runtime for the run's task.
+``LoopAdapter``, set by tickwork's runtime for the run's task.
 """
 
 from __future__ import annotations
@@ -120,10 +120,10 @@ class LoopAdapter(Protocol):
         """Deliver the run's outcome to whoever awaits it."""
 
     durable: bool
-    """Whether :meth:`commit` must be awaited after every drain."""
+    """Whether ``commit`` must be awaited after every drain."""
 
     heartbeat_every: float | None
-    """While waiting, call :meth:`heartbeat` when nothing was committed for this long
+    """While waiting, call ``heartbeat`` when nothing was committed for this long
     (``None``: never)."""
 
     async def commit(self) -> None:
@@ -191,7 +191,7 @@ class _Loop:
         self.drains_inline = not adapter.durable
         # Invocations whose worker task has not begun yet.  While any has not, posted
         # ticks wait for the loop task: every worker dispatched before a result is
-        # processed gets to start first (see :meth:`post`).
+        # processed gets to start first (see ``post``).
         self.unstarted: set[str] = set()
         self.pool: TaskPool = TaskPool()
         self.run_step = adapter.run_step
@@ -206,7 +206,7 @@ class _Loop:
         """Add a tick from a worker or the caller (same thread as the loop).
 
         While the loop task sleeps, the posting task reduces the tick itself (see
-        :meth:`_drain_inline`); a durable run must commit before acting, which only the
+        ``_drain_inline``); a durable run must commit before acting, which only the
         loop task can await, so it is woken instead.
 
         A tick posted while a dispatched worker has not started yet is left to the loop
@@ -233,7 +233,10 @@ class _Loop:
         if running_asyncio():
             self.pool = AsyncioPool()
             try:
-                await self._drive()
+                if self.adapter.durable:
+                    await self._drive_beside_a_canceller()
+                else:
+                    await self._drive()
             finally:
                 self.pool.cancel_all()
                 self.unstarted.clear()
@@ -249,6 +252,28 @@ class _Loop:
                     self.unstarted.clear()
         assert self.exit is not None
         return self.exit
+
+    async def _drive_beside_a_canceller(self) -> None:
+        """:meth:`_drive`, beside a task that cancels the step bodies as soon as the run
+        is cancelled.
+
+        asyncio step bodies are plain tasks, cancelled when this loop unwinds; a durable
+        loop may then be waiting for its store on a thread, which no cancellation
+        interrupts (a database that does not answer).  A session that lost its lease
+        must stop its step bodies at once all the same (trio's nursery does that).
+        """
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._cancel_steps_when_cancelled)
+            try:
+                await self._drive()
+            finally:
+                group.cancel_scope.cancel()
+
+    async def _cancel_steps_when_cancelled(self) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.pool.cancel_all()
 
     async def _drive(self) -> None:
         adapter = self.adapter
