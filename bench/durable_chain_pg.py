@@ -5,7 +5,7 @@ committed by the server (whose fsync and synchronous_commit settings the note sh
 the figures in docs/performance.md are with both on).  quality.md wants at most 1 ms
 per step and at most 1.5x the SQLite figure of the same run (the ``x durable_chain``
 note).  The note also gives what a bare one-row commit costs on the same server in the
-same run, for scale.  Skipped, with a note, when ``TW_PG_DSN`` is unset.
+same run, for scale.  The server: :mod:`bench._postgres`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ front end would) until the last one has completed.  Each result is checked.  The
 gives the throughput, the speed-up over one worker, and the CPU time per run of the
 workers and of the database server, read from ``/proc`` over the timed region (worker
 start-up is not counted).  The machine has 2 cores: more workers than cores add
-overlap, not CPU.  Skipped, with a note, when ``TW_PG_DSN`` is unset.
+overlap, not CPU.  The server: :mod:`bench._postgres`.
 """
 
 from __future__ import annotations

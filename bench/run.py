@@ -10,8 +10,10 @@ time per item (hop, task, run or event), that time as a multiple of the raw-asyn
 the ``baseline`` scenario, and for size sweeps the growth exponent
 ``log(t2/t1) / log(n2/n1)`` between consecutive sizes (1.0 is linear). Every scenario checks
 its own result; one that fails is reported and makes the exit status 1, never skipped.
-A scenario that needs something this machine lacks (the Postgres ones need ``TW_PG_DSN``)
-gets a row saying so.
+The Postgres scenarios run on a throwaway cluster with fsync on that the bench starts
+itself and stops at the end (``bench/_postgres.py``; ``TW_BENCH_PG_DSN`` names another
+server, or ``off``). A scenario that needs something this machine lacks gets a row saying
+so.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ if not __package__:
     # the bench/ directory itself off sys.path so its modules shadow nothing.
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from bench import _postgres
 from bench._harness import Scenario
 
 # Scenario name -> module defining ``SCENARIO``, in the order they run.
@@ -277,6 +280,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(message, file=sys.stderr, flush=True)
 
     print(_environment(reps), flush=True)
+    try:
+        return _run(args, reps, log)
+    finally:
+        _postgres.shutdown()  # the cluster of the Postgres scenarios, if one was started
+
+
+def _run(args: argparse.Namespace, reps: int, log: Callable[[str], None]) -> int:
+    """Run the selected scenarios, print the table; the exit status."""
     outcomes: list[Outcome] = []
     for name in _selected(args.only):
         try:
