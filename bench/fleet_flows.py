@@ -23,7 +23,9 @@ from tickwork.events import HumanResponseEvent, InputRequiredEvent
 
 __all__ = ["FLOWS", "Ping", "Ready", "Resumed", "ThreeSteps", "Ticker", "Wake"]
 
-TICK_SECONDS = 0.05
+# Slow enough that a worker's CPU does not limit the failover scenario (n runs x 1/TICK
+# durable steps a second), fast enough that a resumed run shows progress soon.
+TICK_SECONDS = 0.1
 
 
 class Tick(Event):

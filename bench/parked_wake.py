@@ -47,7 +47,7 @@ async def _all_parked(store: Any, n: int, workers: Workers) -> None:
         await anyio.sleep(0.02)
 
 
-async def _resumed_at(store: Any, run_id: str, serializer: Any) -> float:
+async def _resumed_at(store: Any, run_id: str, serializer: Any, workers: Workers) -> float:
     """The stamp of the run's ``Resumed`` event, read from its stream (every 2 ms)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -55,8 +55,15 @@ async def _resumed_at(store: Any, run_id: str, serializer: Any) -> float:
             event = serializer.from_record(item.event)
             if isinstance(event, Resumed):
                 return float(event.at)
+        workers.check_alive()
         await anyio.sleep(0.002)
-    raise BenchmarkError(f"run {run_id} did not resume within 30 s of its send")
+    entry = await store.get_run(run_id)
+    inbox = await store.read_inbox(run_id)
+    logs = "\n".join(workers.log_of(proc) for proc in workers.procs)
+    raise BenchmarkError(
+        f"run {run_id} did not resume within 30 s of its send: {entry}, inbox {inbox}; "
+        f"the worker's log:\n{logs}"
+    )
 
 
 async def wake_latencies(store: Any, store_args: list[str], n: int, jitter: float) -> list[float]:
@@ -81,7 +88,8 @@ async def wake_latencies(store: Any, store_args: list[str], n: int, jitter: floa
             await anyio.sleep(pauses.uniform(0, jitter))
             await handler.send_event(Ping(), idempotency_key=f"ping-{i}")
             sent = time.time()
-            latencies.append(await _resumed_at(store, handler.run_id, serializer) - sent)
+            stamp = await _resumed_at(store, handler.run_id, serializer, workers)
+            latencies.append(stamp - sent)
         with anyio.fail_after(30):
             results = [await handler for handler in handlers]
     expect("results", results, list(range(n)))
