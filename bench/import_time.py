@@ -129,4 +129,5 @@ SCENARIO = Scenario(
     extra_pass=_extra,
     note=_note,
     goal=f"<= 2x `python -c '{REFERENCE}'`",
+    tiny=1,  # each unit starts two interpreters
 )

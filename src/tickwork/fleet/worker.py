@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 
 from tickwork._serde_fields import dump_exception
 from tickwork.handler import WorkflowHandler
@@ -114,6 +115,9 @@ class Worker:
         self.active: dict[str, _Active] = {}
         self._stopping = False
         self._stopped = anyio.Event()
+        self._watchers: TaskGroup | None = None
+        self._sleeping: anyio.CancelScope | None = None
+        self._ended = False
         self.claimed = 0
         self.parked = 0
         self.lost = 0
@@ -133,17 +137,23 @@ class Worker:
             },
         )
         try:
-            while not self._stopping:
-                try:
-                    await self._claim()
-                    await self._tend()
-                    await self.store.touch_worker(self.worker_id, sorted(self.active))
-                except JournalError as error:
-                    # The store retried and gave up (the database is down for longer):
-                    # keep serving, the runs here go on, and try again at the next poll.
-                    _log.warning("worker %s: the store failed: %s", self.worker_id, error)
-                with anyio.move_on_after(self.options.poll_seconds):
-                    await self.store.wait_for_change(self.options.poll_seconds)
+            async with anyio.create_task_group() as watchers:
+                self._watchers = watchers
+                while not self._stopping:
+                    try:
+                        # Forget the runs that ended first, so that their slots are
+                        # claimed again in this same pass.
+                        await self._tend()
+                        await self._claim()
+                        await self.store.touch_worker(self.worker_id, sorted(self.active))
+                    except JournalError as error:
+                        # The store retried and gave up (the database is down for
+                        # longer): keep serving, the runs here go on, and try again at
+                        # the next poll.
+                        _log.warning("worker %s: the store failed: %s", self.worker_id, error)
+                    await self._sleep()
+                watchers.cancel_scope.cancel()
+            self._watchers = None
             await self._shut_down()
         finally:
             try:
@@ -152,9 +162,31 @@ class Worker:
                 _log.warning("worker %s: unregistering failed: %s", self.worker_id, error)
             self._stopped.set()
 
+    async def _sleep(self) -> None:
+        """Until the store reports a change, one of this worker's runs ends (its slot is
+        free), or ``poll_seconds`` pass."""
+        if self._ended:
+            self._ended = False
+            return
+        with anyio.move_on_after(self.options.poll_seconds) as scope:
+            self._sleeping = scope
+            await self.store.wait_for_change(self.options.poll_seconds)
+        self._sleeping = None
+        self._ended = False
+
+    async def _watch(self, session: RunSession) -> None:
+        """Wake the loop when ``session`` ends: a run's end frees a slot, and nothing may
+        notify the store about it (or the notice comes before the session is done)."""
+        await session.done.wait()
+        self._ended = True
+        if self._sleeping is not None:
+            self._sleeping.cancel()
+
     def stop(self) -> None:
         """Stop claiming; :meth:`run` then hands the remaining runs back and returns."""
         self._stopping = True
+        if self._sleeping is not None:
+            self._sleeping.cancel()
 
     async def _claim(self) -> None:
         free = self.options.concurrency - len(self.active)
@@ -197,6 +229,8 @@ class Worker:
             return
         handler._session.discard_stream()
         self.active[run_id] = _Active(claim, handler, time.time())
+        if self._watchers is not None:
+            self._watchers.start_soon(self._watch, handler._session)
 
     async def _drop_stale(self, stale: _Active, claim: Claim) -> None:
         """This worker claimed again a run it still runs: its lease had expired (its

@@ -142,9 +142,18 @@ class ChangeListener:
             self._dispatch()
 
     def _dispatch(self) -> None:
-        """Wake the waiters the received payloads concern."""
-        with self._conn_lock:
+        """Wake the waiters the received payloads concern.
+
+        Called on the event loop: it must not wait for the lock, which a polling thread
+        holds for up to a second (an abandoned one, when its leader was cancelled).  If
+        the lock is busy, the thread holding it keeps what it receives for the next
+        leader, whose poll returns at once and dispatches it."""
+        if not self._conn_lock.acquire(blocking=False):
+            return
+        try:
             received, self._received = set(self._received), []
+        finally:
+            self._conn_lock.release()
         if not received:
             return
         for waiter in self._waiters:
