@@ -49,6 +49,7 @@ SCENARIO_MODULES = {
     "snapshot": "bench.snapshot",
     "replay": "bench.replay",
     "durable_chain": "bench.durable_chain",
+    "durable_concurrent": "bench.durable_concurrent",
 }
 BASELINE = "baseline"
 DEFAULT_REPS = 5

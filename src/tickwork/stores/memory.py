@@ -412,13 +412,12 @@ class InMemoryJournal:
         kept: set[str] = set()
         for lease in leases:
             run = self._runs.get(lease.run_id)
-            if (
-                run is not None
-                and run.owner == owner
-                and run.epoch == lease.epoch
-                and run.status == "running"
-            ):
+            if run is None or run.owner != owner or run.epoch != lease.epoch:
+                continue
+            if run.status == "running":
                 run.lease_until = now + lease_seconds
+                kept.add(lease.run_id)
+            elif run.status in FINISHED:  # finished under this lease: held, not extended
                 kept.add(lease.run_id)
         return kept
 

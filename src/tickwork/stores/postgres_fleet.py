@@ -136,12 +136,19 @@ class PostgresFleetStore(PostgresStoreBase):
         ``JournalError`` and the caller's next renewal tries again."""
         if not leases:
             return set()
+        # A run finished under its lease is still held (its owner finished it and is
+        # about to stop renewing it), but its lease is not extended.
         sql = (
-            f"UPDATE {self._q}.runs AS r SET lease_until = now() + "
-            "make_interval(secs => %(lease_seconds)s) "
-            "FROM unnest(%(run_ids)s::text[], %(epochs)s::bigint[]) AS l(run_id, epoch) "
+            "WITH l AS (SELECT * FROM unnest(%(run_ids)s::text[], %(epochs)s::bigint[]) "
+            "AS l(run_id, epoch)), "
+            f"renewed AS (UPDATE {self._q}.runs AS r SET lease_until = now() + "
+            "make_interval(secs => %(lease_seconds)s) FROM l "
             "WHERE r.run_id = l.run_id AND r.epoch = l.epoch AND r.owner = %(owner)s "
-            "AND r.status = 'running' RETURNING r.run_id"
+            "AND r.status = 'running' RETURNING r.run_id) "
+            "SELECT run_id FROM renewed UNION ALL "
+            f"SELECT r.run_id FROM {self._q}.runs AS r JOIN l "
+            "ON r.run_id = l.run_id AND r.epoch = l.epoch "
+            f"WHERE r.owner = %(owner)s AND r.status IN {FINISHED_SQL}"
         )
         params = {
             "owner": owner,

@@ -268,20 +268,30 @@ def claim_one(
 def renew(
     conn: sqlite3.Connection, owner: str, leases: Sequence[Lease], lease_until: float
 ) -> set[str]:
-    """Extend the leases ``owner`` still holds to ``lease_until``; the ids of those runs."""
+    """Extend the leases ``owner`` still holds to ``lease_until``; the ids of those runs.
+
+    A run that finished under its lease is still held (it was not lost: its owner
+    finished it, and is about to stop renewing it), but its lease is not extended."""
     kept: set[str] = set()
     if not leases:
         return kept
     with immediate(conn):
         for lease in leases:
+            key = (lease.run_id, owner, lease.epoch)
             cursor = conn.execute(
                 "UPDATE runs SET lease_until = ? WHERE run_id = ? AND owner = ? AND epoch = ? "
                 "AND status = 'running'",
-                (lease_until, lease.run_id, owner, lease.epoch),
+                (lease_until, *key),
             )
-            if cursor.rowcount:
+            if cursor.rowcount or conn.execute(_FINISHED_UNDER_LEASE, key).fetchone():
                 kept.add(lease.run_id)
     return kept
+
+
+_FINISHED_UNDER_LEASE = (
+    "SELECT 1 FROM runs WHERE run_id = ? AND owner = ? AND epoch = ? "
+    f"AND status IN ({', '.join(repr(status) for status in FINISHED)})"
+)
 
 
 def release(

@@ -251,8 +251,10 @@ class JournalStore(Protocol):
 
     def renew_leases(self, owner: str, leases: Sequence[Lease], lease_seconds: float) -> set[str]:
         """Extend ``owner``'s leases in one statement; the ids of the runs still held
-        (a lease missing from the result was lost).  Blocking: a renewal thread calls
-        it."""
+        (a lease missing from the result was lost).  A run that finished under its
+        lease is still held (its lease is not extended): a renewal that meets a run
+        just finished by its owner must not report it lost.  Blocking: a renewal thread
+        calls it."""
         ...
 
     async def release_run(
