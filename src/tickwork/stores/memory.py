@@ -417,8 +417,8 @@ class InMemoryJournal:
             if run.status == "running":
                 run.lease_until = now + lease_seconds
                 kept.add(lease.run_id)
-            elif run.status in FINISHED:  # finished under this lease: held, not extended
-                kept.add(lease.run_id)
+            elif run.status in FINISHED:
+                kept.add(lease.run_id)  # ending: its last writes are still fenced by it
         return kept
 
     async def release_run(
@@ -430,11 +430,8 @@ class InMemoryJournal:
     ) -> None:
         run = self._run(lease.run_id)
         self._fence(lease.run_id, run, lease, f"releasing the run as {status}")
-        if run.status in FINISHED:  # given back, it would run again
-            raise LeaseLost(
-                f"run {lease.run_id!r}: releasing the run as {status} refused: the run has "
-                f"finished ({run.status})"
-            )
+        if run.status in FINISHED:
+            return  # it ended under this lease: there is nothing to give back
         run.status = status
         run.owner = None
         run.lease_until = None

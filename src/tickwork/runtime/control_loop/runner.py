@@ -233,7 +233,10 @@ class _Loop:
         if running_asyncio():
             self.pool = AsyncioPool()
             try:
-                await self._drive()
+                if self.adapter.durable:
+                    await self._drive_beside_a_canceller()
+                else:
+                    await self._drive()
             finally:
                 self.pool.cancel_all()
                 self.unstarted.clear()
@@ -249,6 +252,28 @@ class _Loop:
                     self.unstarted.clear()
         assert self.exit is not None
         return self.exit
+
+    async def _drive_beside_a_canceller(self) -> None:
+        """:meth:`_drive`, beside a task that cancels the step bodies as soon as the run
+        is cancelled.
+
+        asyncio step bodies are plain tasks, cancelled when this loop unwinds; a durable
+        loop may then be waiting for its store on a thread, which no cancellation
+        interrupts (a database that does not answer).  A session that lost its lease
+        must stop its step bodies at once all the same (trio's nursery does that).
+        """
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._cancel_steps_when_cancelled)
+            try:
+                await self._drive()
+            finally:
+                group.cancel_scope.cancel()
+
+    async def _cancel_steps_when_cancelled(self) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.pool.cancel_all()
 
     async def _drive(self) -> None:
         adapter = self.adapter
