@@ -71,7 +71,7 @@ from tickwork.stores.sqlite_schema import (
     placeholders,
     prepare,
 )
-from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS
+from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS, is_progress
 from tickwork.types import JournalRecord
 
 __all__ = ["BUSY_TIMEOUT_S", "SqliteJournal"]
@@ -325,6 +325,7 @@ class SqliteJournal:
             final_status,
             outcome,
             lease,
+            is_progress(records),
         )
         write = functools.partial(writes.append, path=self.path, rows=rows, now=time.time())
         await self._write(write, run_id=run_id, action="appending records")

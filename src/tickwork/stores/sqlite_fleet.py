@@ -288,9 +288,10 @@ def renew(
     return kept
 
 
+_FINISHED_LIST = ", ".join(repr(status) for status in sorted(FINISHED))
 _FINISHED_UNDER_LEASE = (
     "SELECT 1 FROM runs WHERE run_id = ? AND owner = ? AND epoch = ? "
-    f"AND status IN ({', '.join(repr(status) for status in FINISHED)})"
+    f"AND status IN ({_FINISHED_LIST})"
 )
 
 
@@ -302,21 +303,18 @@ def release(
     wake_at: float | None,
     now: float,
 ) -> None:
-    """Hand ``lease``'s run back as ``status`` (fenced by the lease)."""
+    """Hand ``lease``'s run back as ``status`` (fenced by the lease).  A run that
+    finished under ``lease`` is left as it is (given back, it would run again); a lease
+    that no longer holds the run is refused (``LeaseLost``)."""
+    key = (lease.run_id, lease.owner, lease.epoch)
     with immediate(conn):
         cursor = conn.execute(
             "UPDATE runs SET status = ?, owner = NULL, lease_until = NULL, wake_at = ?, "
-            "updated_at = ? WHERE run_id = ? AND owner = ? AND epoch = ?",
-            (
-                status,
-                wake_at if status == "parked" else None,
-                now,
-                lease.run_id,
-                lease.owner,
-                lease.epoch,
-            ),
+            "updated_at = ? WHERE run_id = ? AND owner = ? AND epoch = ? "
+            f"AND status NOT IN ({_FINISHED_LIST})",
+            (status, wake_at if status == "parked" else None, now, *key),
         )
-        if not cursor.rowcount:
+        if not cursor.rowcount and not conn.execute(_FINISHED_UNDER_LEASE, key).fetchone():
             what = f"releasing the run as {status}"
             raise fence_refused(conn, path, lease.run_id, lease, what)
 

@@ -145,15 +145,19 @@ def submit(
     return True
 
 
-@functools.lru_cache(maxsize=32)
-def _append_sql(has_records: bool, final: bool, fenced: bool) -> str:
+@functools.lru_cache(maxsize=64)
+def _append_sql(has_records: bool, progress: bool, final: bool, fenced: bool) -> str:
     """The one ``UPDATE runs`` of an append: it moves ``last_seq``, resets the poison
-    counter, records the outcome and, with a lease, is the fence (no row changed: the
-    write is refused).  Parameters: ``now``, [``last``], [``status``, ``result``,
-    ``error``], ``run_id``, [``owner``, ``epoch``, [``first - 1``]]."""
+    counter if the records are ``progress`` (``is_progress`` in store.py: not for the
+    record a session opens with alone), records the outcome and, with a lease, is the
+    fence (no row changed: the write is refused).  Parameters: ``now``, [``last``],
+    [``status``, ``result``, ``error``], ``run_id``, [``owner``, ``epoch``,
+    [``first - 1``]]."""
     sets = ["updated_at = ?"]
     if has_records:
-        sets += ["last_seq = MAX(last_seq, ?)", "claims_without_progress = 0"]
+        sets.append("last_seq = MAX(last_seq, ?)")
+        if progress:
+            sets.append("claims_without_progress = 0")
     if final:
         sets += ["status = ?", "outcome_result = ?", "outcome_error = ?"]
         sets += ["lease_until = NULL"]  # the owner stays: its final snapshot is still fenced
@@ -178,6 +182,7 @@ class AppendRows:
     final_status: RunStatus | None
     outcome: RunOutcome | None
     lease: Lease | None
+    progress: bool
 
 
 def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) -> None:
@@ -196,7 +201,8 @@ def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) ->
         args += [lease.owner, lease.epoch]
         if first is not None:
             args.append(first - 1)
-    update = _append_sql(bool(records), rows.final_status is not None, lease is not None)
+    final, fenced = rows.final_status is not None, lease is not None
+    update = _append_sql(bool(records), rows.progress, final, fenced)
     if not conn.execute(update, args).rowcount:
         fenced_first = first if lease is not None else None
         raise fence_refused(conn, path, run_id, lease, "appending records", fenced_first)
