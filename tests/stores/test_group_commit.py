@@ -4,6 +4,7 @@ what each caller gets back, and what cancellation does."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import anyio
@@ -139,9 +140,7 @@ async def test_a_caller_cancelled_when_its_turn_came_hands_the_batch_on() -> Non
     assert not store.queue._busy
 
 
-async def test_a_waiting_caller_cancelled_while_its_batch_runs_learns_its_outcome_first() -> (
-    None
-):
+async def test_a_waiting_caller_cancelled_while_its_batch_runs_learns_its_outcome_first() -> None:
     store = _Store()
     scope = anyio.CancelScope()
     seen: list[str] = []
@@ -158,7 +157,7 @@ async def test_a_waiting_caller_cancelled_while_its_batch_runs_learns_its_outcom
 
     gate = store.hold()
     async with anyio.create_task_group() as group:
-        group.start_soon(store.queue.call, "first", None, "x")
+        group.start_soon(functools.partial(store.queue.call, "first", action="x"))
         await _until(lambda: store.batches)
         group.start_soon(lead)
         await _until(lambda: len(store.queue._queue) == 1)
