@@ -10,7 +10,13 @@ queued behind it.
 
 from __future__ import annotations
 
+import os
+import queue
 import sqlite3
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +35,9 @@ from .helpers import rec, seqs, snap
 pytestmark = pytest.mark.anyio
 
 Call = Callable[[], Awaitable[Any]]
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+CRASH_CHILD = Path(__file__).with_name("group_commit_crash_child.py")
 
 
 class _Commits:
@@ -55,8 +64,8 @@ def _register(store: SqliteJournal, run_ids: list[str], owner: str = "w1") -> di
 
 
 async def _in_one_batch(store: SqliteJournal, calls: list[Call]) -> list[Any]:
-    """Run ``calls`` concurrently so that they all go in one batch of the store's queue;
-    each one's result, or the exception it raised."""
+    """Run ``calls`` concurrently so that they all go in one batch of the store's queue,
+    queued in the order given; each one's result, or the exception it raised."""
     outcomes: list[Any] = [None] * len(calls)
 
     async def run(index: int, call: Call) -> None:
@@ -74,8 +83,10 @@ async def _in_one_batch(store: SqliteJournal, calls: list[Call]) -> list[Any]:
             group.start_soon(store.get_run, "nobody")  # the batch held on the thread
             await _until(lambda: store._queue._busy)
             for index, call in enumerate(calls):
+                # One at a time, so that they queue in this order (trio starts tasks
+                # in any order).
                 group.start_soon(run, index, call)
-            await _until(lambda: len(store._queue._queue) == len(calls))
+                await _until(lambda n=index + 1: len(store._queue._queue) == n)
             store._lock.release()
             held = False
     finally:
@@ -227,6 +238,89 @@ async def test_a_bad_payload_fails_only_its_run(store: SqliteJournal) -> None:
     assert await seqs(store, "ok2") == [0, 1]
     assert await seqs(store, "dup") == [0]
     assert await seqs(store, "huge") == []
+
+
+# --------------------------------------------------------------------------- order
+
+
+async def test_the_writes_of_a_batch_are_applied_in_arrival_order(store: SqliteJournal) -> None:
+    # Fenced appends only succeed right after the run's last record: a's seq 1 goes
+    # right after a's seq 0 in the same transaction, b's seq 1 before b's seq 0 is
+    # refused (and, failing, sends the others through the careful path again in order).
+    leases = _register(store, ["a", "b"])
+    commits = _Commits(store)
+    outcomes = await _in_one_batch(
+        store,
+        [
+            lambda: store.append("a", [rec(0)], lease=leases["a"]),
+            lambda: store.append("b", [rec(1)], lease=leases["b"]),
+            lambda: store.append("a", [rec(1)], lease=leases["a"]),
+            lambda: store.append("b", [rec(0)], lease=leases["b"]),
+        ],
+    )
+    assert [outcomes[i] for i in (0, 2, 3)] == [None, None, None]
+    assert isinstance(outcomes[1], LeaseLost) and "at seq 1" in str(outcomes[1])
+    assert commits.count == 1
+    assert await seqs(store, "a") == [0, 1]
+    assert await seqs(store, "b") == [0]
+
+
+# --------------------------------------------------------------------------- crashes
+
+
+def test_a_process_killed_amid_group_commits_keeps_every_acknowledged_append(
+    tmp_path: Path,
+) -> None:
+    # A child appends to 40 runs at once (their appends share transactions) and says
+    # which appends returned; it is killed (SIGKILL) at some point of that.  Every
+    # acknowledged append must be in the file, and every run's journal must be whole:
+    # no gap, and its ``last_seq`` must match its records (a transaction kept half
+    # would break one or the other).
+    path, runs = tmp_path / "crash.db", 40
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+    }
+    child = subprocess.Popen(
+        [sys.executable, str(CRASH_CHILD), str(path), str(runs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert child.stdout is not None
+    threading.Thread(target=lambda: [lines.put(line) for line in child.stdout], daemon=True).start()
+    acknowledged: dict[str, int] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while sum(seq + 1 for seq in acknowledged.values()) < 1500:
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic())).split()
+            if line != ["READY"]:
+                acknowledged[line[0]] = int(line[1])
+    finally:
+        child.kill()
+        _out, err = child.communicate(timeout=30)
+    assert child.returncode == -9, err
+    assert len(acknowledged) == runs  # every run made progress before the kill
+
+    async def check() -> None:
+        store = SqliteJournal(path)
+        try:
+            for n in range(runs):
+                written = await seqs(store, f"r{n}")  # a gap would raise
+                entry = await store.get_run(f"r{n}")
+                assert entry is not None and entry.last_seq == len(written) - 1
+                assert entry.last_seq >= acknowledged[f"r{n}"]
+        finally:
+            store.close()
+
+    anyio.run(check)
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        conn.close()
 
 
 # --------------------------------------------------------------------------- whole transactions
