@@ -20,6 +20,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -30,7 +31,7 @@ from tickwork.journal import SqliteJournal
 STEPS_PER_RUN = 3
 
 
-async def _await_all(handlers: list) -> None:  # type: ignore[type-arg]
+async def _await_all(handlers: list[Any]) -> None:
     results: list[object] = [None] * len(handlers)
 
     async def wait(i: int) -> None:
