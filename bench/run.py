@@ -61,6 +61,7 @@ SCENARIO_MODULES = {
     "parked_wake": "bench.parked_wake",
     "parked_wake_poll": "bench.parked_wake_poll",
     "worker_parked": "bench.worker_parked",
+    "durable_concurrent": "bench.durable_concurrent",
 }
 BASELINE = "baseline"
 DEFAULT_REPS = 5

@@ -268,20 +268,31 @@ def claim_one(
 def renew(
     conn: sqlite3.Connection, owner: str, leases: Sequence[Lease], lease_until: float
 ) -> set[str]:
-    """Extend the leases ``owner`` still holds to ``lease_until``; the ids of those runs."""
+    """Extend the leases ``owner`` still holds to ``lease_until``; the ids of those runs.
+
+    A run that finished under its lease is still held (it was not lost: its owner
+    finished it, and is about to stop renewing it), but its lease is not extended."""
     kept: set[str] = set()
     if not leases:
         return kept
     with immediate(conn):
         for lease in leases:
+            key = (lease.run_id, owner, lease.epoch)
             cursor = conn.execute(
                 "UPDATE runs SET lease_until = ? WHERE run_id = ? AND owner = ? AND epoch = ? "
                 "AND status = 'running'",
-                (lease_until, lease.run_id, owner, lease.epoch),
+                (lease_until, *key),
             )
-            if cursor.rowcount:
+            if cursor.rowcount or conn.execute(_FINISHED_UNDER_LEASE, key).fetchone():
                 kept.add(lease.run_id)
     return kept
+
+
+_FINISHED_LIST = ", ".join(repr(status) for status in sorted(FINISHED))
+_FINISHED_UNDER_LEASE = (
+    "SELECT 1 FROM runs WHERE run_id = ? AND owner = ? AND epoch = ? "
+    f"AND status IN ({_FINISHED_LIST})"
+)
 
 
 def release(
@@ -292,21 +303,18 @@ def release(
     wake_at: float | None,
     now: float,
 ) -> None:
-    """Hand ``lease``'s run back as ``status`` (fenced by the lease)."""
+    """Hand ``lease``'s run back as ``status`` (fenced by the lease).  A run that
+    finished under ``lease`` is left as it is (given back, it would run again); a lease
+    that no longer holds the run is refused (``LeaseLost``)."""
+    key = (lease.run_id, lease.owner, lease.epoch)
     with immediate(conn):
         cursor = conn.execute(
             "UPDATE runs SET status = ?, owner = NULL, lease_until = NULL, wake_at = ?, "
-            "updated_at = ? WHERE run_id = ? AND owner = ? AND epoch = ?",
-            (
-                status,
-                wake_at if status == "parked" else None,
-                now,
-                lease.run_id,
-                lease.owner,
-                lease.epoch,
-            ),
+            "updated_at = ? WHERE run_id = ? AND owner = ? AND epoch = ? "
+            f"AND status NOT IN ({_FINISHED_LIST})",
+            (status, wake_at if status == "parked" else None, now, *key),
         )
-        if not cursor.rowcount:
+        if not cursor.rowcount and not conn.execute(_FINISHED_UNDER_LEASE, key).fetchone():
             what = f"releasing the run as {status}"
             raise fence_refused(conn, path, lease.run_id, lease, what)
 
