@@ -1,5 +1,5 @@
 """Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s docs``, ``nox -s bench``,
-``nox -s compat``.
+``nox -s compat``, ``nox -s build``.
 
 Sessions use the interpreter that runs nox (no pinned Python version), so they work on a
 fresh machine with whatever Python >= 3.10 is installed. Each session gets its own venv
@@ -8,6 +8,9 @@ packages installed by hand.
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import nox
 
@@ -71,3 +74,28 @@ def compat(session: nox.Session) -> None:
     session.run("python", "-m", "pip", "uninstall", "--yes", "llama-index-workflows")
     session.run("python", "tests/compat/shim/tickwork_workflows_alias.py", "--install-pth")
     session.run("python", "-m", "pytest", "tests/compat", *session.posargs)
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build the sdist and the wheel, ``twine check`` them, and install each in a fresh
+    venv that runs ``tests/packaging/smoke.py`` (import, ``py.typed``, license, a
+    two-step workflow) from outside the checkout. Not a default session."""
+    session.install("build", "twine")
+    tmp = Path(session.create_tmp()).resolve()
+    dist = tmp / "dist"
+    session.run("python", "-c", f"import shutil; shutil.rmtree({str(dist)!r}, True)")
+    session.run("python", "-m", "build", "--outdir", str(dist))
+    wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
+    if len(wheels) != 1 or len(sdists) != 1:
+        session.error(f"expected one wheel and one sdist in {dist}, got {wheels + sdists}")
+    session.run("twine", "check", "--strict", str(wheels[0]), str(sdists[0]))
+    smoke = Path("tests/packaging/smoke.py").resolve()
+    for artifact in (wheels[0], sdists[0]):
+        venv = tmp / f"venv-{artifact.suffix.lstrip('.')}"
+        session.run(sys.executable, "-m", "venv", "--clear", str(venv), external=True)
+        python = str(venv / ("Scripts" if sys.platform == "win32" else "bin") / "python")
+        session.run(python, "-m", "pip", "install", "-q", "-U", "pip", external=True)
+        session.run(python, "-m", "pip", "install", "-q", str(artifact), external=True)
+        with session.chdir(tmp):  # not the checkout: import the installed package
+            session.run(python, str(smoke), external=True)

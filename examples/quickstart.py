@@ -1,7 +1,7 @@
 """Quickstart: fan work out to parallel workers, join the results, stream progress.
 
 Run it with ``python examples/quickstart.py`` (asyncio) or
-``python examples/quickstart.py --backend trio``.
+``python examples/quickstart.py --backend trio`` (after ``pip install "tickwork[trio]"``).
 
 The workflow:
 
@@ -93,7 +93,19 @@ async def main() -> None:
     print(f"result: {result}")
 
 
+def require_backend(parser: argparse.ArgumentParser, backend: str) -> None:
+    """Exit with one line saying how to install trio when it is asked for and missing."""
+    if backend != "trio":
+        return
+    try:
+        import trio  # noqa: F401
+    except ImportError:
+        parser.exit(2, 'trio is not installed; install it with: pip install "tickwork[trio]"\n')
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
-    anyio.run(main, backend=parser.parse_args().backend)
+    backend = parser.parse_args().backend
+    require_backend(parser, backend)
+    anyio.run(main, backend=backend)

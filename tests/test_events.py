@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
+import types
 from datetime import datetime, timezone
 from typing import Any
 
@@ -431,3 +433,32 @@ def test_outside_any_serializer_names_resolve_by_import() -> None:
     with using_resolver(JsonSerializer(allowed_types=[]).resolve_class):
         assert active_resolver() is not resolve_by_import
     assert active_resolver() is resolve_by_import
+
+
+def _module_with_reply(name: str) -> type:
+    """A new module object registered as ``name``, defining a fresh ``Reply`` event."""
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(
+        "from tickwork.events import Event\n\nclass Reply(Event):\n    text: str\n", module.__dict__
+    )
+    reply: type = module.Reply
+    return reply
+
+
+def test_a_class_redefined_in_a_new_module_object_resolves_to_the_new_class() -> None:
+    """Names are re-resolved through ``sys.modules``: executing a module again (a docs
+    example run twice, a reload) must not leave snapshots resolving to the old class."""
+    name = "_tickwork_test_reexecuted_module"
+    try:
+        first = _module_with_reply(name)
+        assert resolve_by_import(f"{name}.Reply") is first
+        assert JsonSerializer().resolve_class(f"{name}.Reply") is first
+        second = _module_with_reply(name)
+        assert second is not first
+        assert resolve_by_import(f"{name}.Reply") is second
+        assert JsonSerializer().resolve_class(f"{name}.Reply") is second
+        text = JsonSerializer().serialize(second(text="hi"))
+        assert type(JsonSerializer().deserialize(text)) is second
+    finally:
+        sys.modules.pop(name, None)

@@ -510,12 +510,12 @@ async def test_timeout_with_no_active_step() -> None:
     assert "no step" in msg.lower()
 
 
-async def test_timeout_zero_times_out_at_once() -> None:
+async def test_tiny_timeout_times_out_at_once() -> None:
     t0 = time.monotonic()
-    handler = SleepyFlow(timeout=0).run(delay=1)
+    handler = SleepyFlow(timeout=1e-6).run(delay=1)
     events = await drain(handler)
     assert isinstance(events[-1], WorkflowTimedOutEvent)
-    assert events[-1].timeout == 0
+    assert events[-1].timeout == 1e-6
     with pytest.raises(WorkflowTimeoutError):
         await handler
     assert time.monotonic() - t0 < 0.5
@@ -523,6 +523,31 @@ async def test_timeout_zero_times_out_at_once() -> None:
 
 async def test_timeout_none_disables_budget() -> None:
     assert await SleepyFlow(timeout=None).run(delay=0.05) == "finished"
+
+
+class BadWaitTimeoutFlow(Workflow):
+    @step
+    async def ask(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        try:
+            await ctx.wait_for_event(Ping, timeout=ev.wait_timeout)
+        except ValueError as exc:
+            return StopEvent(result=str(exc))
+        return StopEvent(result="accepted")
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "5"])
+async def test_wait_for_event_rejects_a_bad_timeout(bad: object) -> None:
+    message = await BadWaitTimeoutFlow(timeout=5).run(wait_timeout=bad)
+    assert message.startswith(f"wait_for_event(timeout={bad!r}):")
+    assert "positive finite number" in message
+
+
+async def test_wait_for_event_accepts_none_as_no_deadline() -> None:
+    handler = BadWaitTimeoutFlow(timeout=5).run(wait_timeout=None)
+    async for ev in handler.stream_events(expose_internal=True):
+        if isinstance(ev, StepStateChanged) and ev.step_state is StepState.NOT_RUNNING:
+            handler.ctx.send_event(Ping())
+    assert await handler == "accepted"
 
 
 # --------------------------------------------------------------------------- graceful cancel

@@ -153,6 +153,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "InMemoryJournal",
         "JournalError",
         "JournalStore",
+        "RecoveryResult",
         "RunEntry",
         "SqliteJournal",
         "StatePatch",
@@ -182,6 +183,15 @@ def test_names_listed_under_several_paths_are_the_same_object() -> None:
 def test_the_root_exports_exactly_the_nine_names() -> None:
     root = importlib.import_module("tickwork")
     assert sorted(root.__all__) == sorted(PUBLIC_NAMES["tickwork"])
+
+
+def test_dir_of_the_root_shows_only_the_public_names() -> None:
+    root = importlib.import_module("tickwork")
+    importlib.import_module("tickwork.journal")  # loaded submodules stay out of dir()
+    assert dir(root) == sorted([*PUBLIC_NAMES["tickwork"], "__version__"])
+    assert "annotations" not in dir(root) and "journal" not in dir(root)
+    assert all(hasattr(root, name) for name in dir(root))
+    assert root.journal is importlib.import_module("tickwork.journal")  # still reachable
 
 
 def test_the_control_loop_facade_exports_exactly_four_names() -> None:

@@ -624,6 +624,28 @@ def test_durations_are_validated(bad: Any) -> None:
         wait_exponential(max=bad)
 
 
+@pytest.mark.parametrize("bad", [-1, -0.5, timedelta(seconds=-3), math.nan, math.inf])
+def test_wait_fixed_rejects_negative_and_non_finite_waits(bad: Any) -> None:
+    with pytest.raises(ValueError, match=r"wait.*(finite number of seconds >= 0|got nan)"):
+        wait_fixed(bad)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: wait_random(min=math.nan),
+        lambda: wait_incrementing(start=math.nan),
+        lambda: wait_exponential(multiplier=math.nan),
+        lambda: wait_exponential_jitter(jitter=math.nan),
+        lambda: stop_after_delay(math.nan),
+        lambda: stop_before_delay(math.nan),
+    ],
+)
+def test_nan_durations_and_factors_are_rejected(make: Callable[[], object]) -> None:
+    with pytest.raises(ValueError, match="got nan"):
+        make()
+
+
 @pytest.mark.parametrize("bad", ["2", None, True, timedelta(seconds=1)])
 def test_numbers_are_validated(bad: Any) -> None:
     with pytest.raises(TypeError, match="multiplier"):

@@ -164,15 +164,17 @@ class FreeFlowChild(FreeFlow):
 # --------------------------------------------------------------------------- constructor
 
 
-@pytest.mark.parametrize("bad", [-1, -0.5, True, False, "10", [1]])
-def test_timeout_must_be_none_or_non_negative_number(bad: object) -> None:
-    with pytest.raises(WorkflowValidationError, match="timeout"):
+@pytest.mark.parametrize(
+    "bad", [0, 0.0, -1, -0.5, float("nan"), float("inf"), -float("inf"), True, False, "10", [1]]
+)
+def test_timeout_must_be_none_or_positive_finite_number(bad: object) -> None:
+    with pytest.raises(WorkflowValidationError, match=r"Workflow\(timeout=.*positive finite"):
         EchoFlow(timeout=bad)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("good", [None, 0, 0.0, 1, 2.5])
-def test_timeout_accepts_none_zero_and_positive(good: float | None) -> None:
-    EchoFlow(timeout=good)
+@pytest.mark.parametrize("good", [None, 0.001, 1, 2.5])
+def test_timeout_accepts_none_and_positive(good: float | None) -> None:
+    assert EchoFlow(timeout=good)._timeout == good
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2"])

@@ -25,3 +25,9 @@ __all__ = [
     "catch_error",
     "step",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public names only: ``dir(tickwork)`` and completion do not offer the
+    submodules imported above, nor ``annotations``."""
+    return sorted([*__all__, "__version__"])

@@ -2,7 +2,7 @@
 
 Deprecated members can sit on hot paths (agents read ``ctx.is_running`` in a loop), and a
 warning per call would flood logs and cost a ``warnings.warn`` each time.  So every
-``DeprecationWarning`` tickwork emits goes through :func:`warn_once`, keyed by the member:
+``DeprecationWarning`` tickwork emits goes through ``warn_once``, keyed by the member:
 the first use warns, later uses cost one set lookup.
 
 This module imports nothing from tickwork, so every layer may use it.

@@ -1,6 +1,6 @@
 """Encoding of events, exceptions and event classes inside pydantic fields.
 
-Used by the ``Serializable*`` annotated types of :mod:`tickwork.events`.  While a
+Used by the ``Serializable*`` annotated types of ``tickwork.events``.  While a
 serializer's ``validation_context()`` is active, class names are resolved through it (so
 its allow-list applies); otherwise they are resolved by import.
 """
@@ -34,14 +34,14 @@ __all__ = [
 ClassResolver = Callable[[str], type]
 
 RESOLVER: ContextVar[ClassResolver | None] = ContextVar("tickwork_class_resolver", default=None)
-"""The class resolver of the active serializer (see :class:`using_resolver`)."""
+"""The class resolver of the active serializer (see ``using_resolver``)."""
 
 
 def qualified_name(cls: type) -> str:
     """``module.qualname`` of a class: the name envelopes and exception dicts carry.
 
     A class of the ``__main__`` module is named after the module's importable name
-    (see :func:`main_module_name`), so that what a script journals can be read by
+    (see ``main_module_name``), so that what a script journals can be read by
     another process that imports the script as a module.
     """
     module = cls.__module__
@@ -214,7 +214,7 @@ class UnreconstructedException(Exception):
     ``str()`` is the original message and ``original_type`` the original qualified name;
     serializing it again writes that name, so round trips never wrap it twice.  Defined
     here, below the events that carry exceptions; its public home is
-    :mod:`tickwork.events`.
+    ``tickwork.events``.
     """
 
     def __init__(self, message: str, original_type: str = "") -> None:

@@ -2,15 +2,15 @@
 
 The types in a step's signature are its wiring: which events it accepts, which it may
 return, whether it wants the ``Context``, resources, or a ``list[E]`` batch.  This module
-turns a function into an :class:`InferredSignature` in four small stages, each raising
+turns a function into an ``InferredSignature`` in four small stages, each raising
 ``WorkflowValidationError`` naming the step and the parameter or annotation at fault:
 
-1. :func:`decoration_namespace` / :func:`resolve_annotations` -- evaluate the annotations
+1. ``decoration_namespace`` / ``resolve_annotations`` -- evaluate the annotations
    (postponed and string ones included) where the decorator was applied;
-2. :func:`classify_parameters` -- context, resource, collection, event or ignored;
-3. :func:`combine_event_parameters` -- one event parameter, a multi-slot join, or a
+2. ``classify_parameters`` -- context, resource, collection, event or ignored;
+3. ``combine_event_parameters`` -- one event parameter, a multi-slot join, or a
    ``list[E]`` collection;
-4. :func:`flatten_return_annotation` -- the declared return types.
+4. ``flatten_return_annotation`` -- the declared return types.
 
 It deliberately imports no ``Context``: the context parameter is recognised by class
 name, which keeps this module below ``tickwork.context`` in the layering.
@@ -67,7 +67,7 @@ _ASYNC_ITERATION_TYPES: tuple[Any, ...] = (
 
 @dataclass
 class ParameterClasses:
-    """What :func:`classify_parameters` found, parameter by parameter."""
+    """What ``classify_parameters`` found, parameter by parameter."""
 
     context_parameter: str | None = None
     context_state_type: type[BaseModel] | None = None
@@ -124,10 +124,10 @@ def infer_signature(
     """Infer the step configuration of ``func`` from its signature (api.md §5.5).
 
     ``namespace`` holds the locals annotations are resolved against (see
-    :func:`decoration_namespace`).  Raises ``WorkflowValidationError`` for every
+    ``decoration_namespace``).  Raises ``WorkflowValidationError`` for every
     signature problem.  A step without any event parameter gets ``accepted_events=[]``
     and ``event_name=""``; callers decide how to report that (see
-    :func:`require_event_parameter`).
+    ``require_event_parameter``).
     """
     name = step_display_name(func)
     if inspect.isasyncgenfunction(func):

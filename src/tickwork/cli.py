@@ -10,6 +10,11 @@ Commands::
     tickwork runs resume RUN_ID --journal PATH [--workflow MODULE:WORKFLOW]
                  [--backend asyncio|trio] [--quiet]
     tickwork runs send RUN_ID EVENT_TYPE JSON --journal PATH [--workflow MODULE:WORKFLOW]
+    tickwork runs cancel RUN_ID --journal PATH
+    (every ``runs`` action takes ``--dsn DSN [--schema S]`` instead of ``--journal``)
+    tickwork worker MODULE:OBJ (--dsn DSN | --journal PATH) [--concurrency N] ...
+    tickwork workers (--dsn DSN | --journal PATH)
+    tickwork db migrate --dsn DSN [--schema S]
                  [--backend asyncio|trio] [--quiet]
     tickwork --version
 
@@ -19,7 +24,7 @@ instantiates, or a ready Workflow instance.  ``key=value`` arguments become the 
 event's fields: a value that parses as JSON is used as such (``count=3``,
 ``tags='["a","b"]'``, ``ok=true``), anything else is a string (``name=Ada``).  The
 ``runs`` commands find a run's workflow by the name recorded with it when
-``--workflow`` is not given (see :mod:`tickwork._cli.runs`).
+``--workflow`` is not given (see ``tickwork._cli.runs``).
 
 Output: the run's result goes to **stdout** (as JSON when it can be encoded, else its
 ``repr``); progress goes to **stderr**: steps starting and finishing (or failing, with
@@ -56,6 +61,7 @@ from tickwork._cli.follow import Follow, ResumeHint, print_result, run_backend
 from tickwork._cli.journal_view import journal_problem, open_journal_for_run
 from tickwork._cli.loading import load_target, parse_assignments, workflow_instance
 from tickwork._cli.runs import (
+    command_runs_cancel,
     command_runs_list,
     command_runs_resume,
     command_runs_send,
@@ -139,8 +145,15 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("run_id", metavar="RUN_ID")
     send.add_argument("event_type", metavar="EVENT_TYPE", help="the event class's name")
     send.add_argument("payload", metavar="JSON", help="the event's fields as JSON")
-    for sub in (listing, show, resume, send):
-        sub.add_argument("--journal", metavar="PATH", required=True, help="the SQLite journal")
+    cancel = runs_commands.add_parser(
+        "cancel", help="ask a run to stop gracefully (delivered through its inbox)"
+    )
+    cancel.add_argument("run_id", metavar="RUN_ID")
+    for sub in (listing, show, resume, send, cancel):
+        where = sub.add_mutually_exclusive_group(required=True)
+        where.add_argument("--journal", metavar="PATH", help="the SQLite journal")
+        where.add_argument("--dsn", help="the PostgreSQL store (a connection string)")
+        sub.add_argument("--schema", default="tickwork", help="the Postgres schema (tickwork)")
     for sub in (show, resume, send):
         sub.add_argument(
             "--workflow",
@@ -155,6 +168,7 @@ def _parser() -> argparse.ArgumentParser:
     show.set_defaults(command=command_runs_show)
     resume.set_defaults(command=command_runs_resume)
     send.set_defaults(command=command_runs_send)
+    cancel.set_defaults(command=command_runs_cancel)
     add_fleet_parsers(commands)
     add_db_command(commands)
     return parser
@@ -222,7 +236,7 @@ async def _start_and_follow(
             f"cannot start {workflow.workflow_name}: {one_line(error)}", EXIT_FAILURE
         ) from None
     if args.journal:
-        follow.hint = ResumeHint(handler.run_id, args.journal, args.target)
+        follow.hint = ResumeHint(handler.run_id, f"--journal {args.journal}", args.target)
     return await follow.run(handler, "started")
 
 

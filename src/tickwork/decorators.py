@@ -1,8 +1,8 @@
 """``@step`` and ``@catch_error``: turn functions into workflow steps (api.md §5).
 
-Both decorators return the function itself with a :class:`StepConfig` attached as
+Both decorators return the function itself with a ``StepConfig`` attached as
 ``func._step_config``.  Everything the configuration says comes from the signature
-(see :mod:`tickwork._signature`) and the decorator options, and every problem with
+(see ``tickwork._signature``) and the decorator options, and every problem with
 either raises ``WorkflowValidationError`` at decoration time, naming the step and the
 parameter or option at fault, so a broken workflow never gets as far as a run.
 """

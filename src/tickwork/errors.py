@@ -1,7 +1,7 @@
 """The exceptions tickwork raises.
 
-Every class subclasses :class:`Exception` directly (``StepTimeoutError`` subclasses the
-builtin :class:`TimeoutError`, so retry conditions on ``TimeoutError`` match it).  None of
+Every class subclasses ``Exception`` directly (``StepTimeoutError`` subclasses the
+builtin ``TimeoutError``, so retry conditions on ``TimeoutError`` match it).  None of
 them subclasses another, so ``except`` clauses never catch more than their name says.
 """
 

@@ -140,7 +140,7 @@ class WorkflowHandler:
     # -- deprecated ------------------------------------------------------------------------
 
     def done(self) -> bool:
-        """Deprecated alias of :meth:`is_done`."""
+        """Deprecated alias of ``is_done``."""
         _deprecated("done", "is_done()")
         return self.is_done()
 

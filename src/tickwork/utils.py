@@ -2,10 +2,10 @@
 
 Code written for the ``workflows`` package (llama-index-core re-exports this module as
 ``llama_index.core.workflow.utils``) imports these names.  They are thin views over
-tickwork's own machinery -- signature inference in :mod:`tickwork._signature`, step
-discovery in :mod:`tickwork.representation.build` -- so they report exactly what
+tickwork's own machinery -- signature inference in ``tickwork._signature``, step
+discovery in ``tickwork.representation.build`` -- so they report exactly what
 ``@step`` and ``Workflow`` see.  New code needs none of them: read ``func._step_config``
-(a :class:`~tickwork.decorators.StepConfig`) or ``tickwork.representation`` instead.
+(a ``StepConfig``) or ``tickwork.representation`` instead.
 
 Nothing inside tickwork imports this module; it sits on the user API layer.
 """
@@ -55,7 +55,7 @@ tickwork never busy-waits (runs are woken by their events), so no part of tickwo
 
 @dataclass(frozen=True)
 class StepSignatureSpec:
-    """What a step function's signature declares, as :func:`inspect_signature` reports it.
+    """What a step function's signature declares, as ``inspect_signature`` reports it.
 
     ``accepted_events`` maps each event parameter to the event types it accepts: one entry
     for an ordinary step, one per slot for a multi-slot join, and the element types for a
@@ -81,7 +81,7 @@ def inspect_signature(fn: Callable[..., Any]) -> StepSignatureSpec:
     while reading -- an unresolvable annotation, a missing return annotation, a parameter
     that is neither an event, a Context nor a resource and has no default -- raise
     ``WorkflowValidationError`` here; a signature without any event parameter is reported
-    by :func:`validate_step_signature`.
+    by ``validate_step_signature``.
     """
     if not callable(fn):
         raise TypeError(f"inspect_signature() needs a function or method, got {fn!r}")
@@ -122,7 +122,7 @@ def validate_step_signature(spec: StepSignatureSpec) -> None:
     """Raise ``WorkflowValidationError`` unless ``spec`` describes a runnable step.
 
     A step needs at least one event parameter and a return annotation; everything else
-    tickwork checks when the signature is read (see :func:`inspect_signature`).
+    tickwork checks when the signature is read (see ``inspect_signature``).
     """
     step = repr(spec.name) if spec.name else "with this signature"
     if not spec.accepted_events:
@@ -151,7 +151,7 @@ def get_steps_from_instance(workflow: Any) -> dict[str, Callable[..., Any]]:
     """The steps of a workflow instance, by name: bound methods and free-function steps.
 
     These are the callables a run of ``workflow`` invokes.  Raises ``TypeError`` for a
-    class (use :func:`get_steps_from_class`).  Returns a new dict.
+    class (use ``get_steps_from_class``).  Returns a new dict.
     """
     if isinstance(workflow, type):
         raise TypeError(
@@ -199,7 +199,7 @@ def _get_param_types(param: inspect.Parameter, type_hints: Mapping[str, Any]) ->
 def _get_return_types(func: Callable[..., Any]) -> list[Any]:
     """The flattened return annotation of ``func``; ``[]`` when it has none.
 
-    Resolved like :func:`inspect_signature` (globals plus the caller's locals); a
+    Resolved like ``inspect_signature`` (globals plus the caller's locals); a
     ``list[E]`` fan-out contributes ``E``.  An unresolvable annotation raises
     ``WorkflowValidationError``.
     """

@@ -2,13 +2,14 @@
 
 The constructor infers the start and stop event classes from the step signatures;
 ``run()`` validates once (cached), builds the reducer's config once per instance and
-starts a run on the caller's event loop, returning its :class:`WorkflowHandler`.
+starts a run on the caller's event loop, returning its ``WorkflowHandler``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import secrets
 import string
 import weakref
@@ -65,11 +66,19 @@ class WorkflowMeta(type):
 
 
 def _check_timeout(timeout: Any) -> None:
+    """``None`` (no budget) or a positive finite number of seconds; ``0`` is refused
+    because a run that times out before its first step is never what was meant."""
     if timeout is None:
         return
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
         raise WorkflowValidationError(
-            f"Workflow(timeout={timeout!r}): timeout must be None or a number >= 0"
+            f"Workflow(timeout={timeout!r}): timeout must be None (no timeout) or a "
+            "positive finite number of seconds"
         )
 
 
@@ -482,14 +491,14 @@ class Workflow(metaclass=WorkflowMeta):
         priority: int = 0,
         **kwargs: Any,
     ) -> RemoteHandler:
-        """Queue a run for a worker fleet and return its :class:`RemoteHandler`.
+        """Queue a run for a worker fleet and return its ``RemoteHandler``.
 
         The run is durable in the workflow's journal store when this returns, and any
         ``tickwork worker`` serving this workflow (and ``queue``) may claim it; higher
         ``priority`` runs are claimed first.  Idempotent on ``run_id``: submitting an
         existing run id again starts nothing and returns a handler of that run.  The
         start event is built from ``kwargs`` (or given as ``start_event``), as for
-        :meth:`run`, which stays local to this process.
+        ``run``, which stays local to this process.
         """
         store = self._journal
         if store is None or isinstance(store, bool):

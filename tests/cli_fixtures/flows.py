@@ -322,3 +322,7 @@ class Flaky(Workflow):
 
 
 NOT_A_WORKFLOW = 42
+
+
+# What ``tickwork worker tests.cli_fixtures.flows:FLEET`` serves (a list of workflows).
+FLEET = [Echo, Interview]

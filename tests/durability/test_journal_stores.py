@@ -472,6 +472,24 @@ async def test_terminal_statuses_are_recorded(
         again.ctx.send_event(Reply(text="later"))
         assert await again == "hello later"
         assert (await store.get_run("t")).status == "completed"  # type: ignore[union-attr]
+    else:
+        # A run that ended any other way is not started again from its start event.
+        with pytest.raises(
+            WorkflowRuntimeError, match=rf"run 't' has already finished \({status}\)"
+        ):
+            await resume_run(AskFlow(timeout=TIMEOUT, journal=store), "t")
+        assert (await store.get_run("t")).status == status  # type: ignore[union-attr]
+
+
+async def test_a_completed_run_is_not_resumed(make_store: StoreFactory, tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    assert await Chain(journal=store).run(run_id="done") is not None
+    with pytest.raises(
+        WorkflowRuntimeError, match=r"run 'done' has already finished \(completed\)"
+    ):
+        await resume_run(Chain(journal=store), "done")
+    entry = await store.get_run("done")
+    assert entry is not None and entry.status == "completed"
 
 
 async def test_an_interrupted_durable_run_is_recovered_in_process(

@@ -1037,10 +1037,58 @@ def test_legacy_version_loads_or_names_the_version(waiting: dict[str, Any]) -> N
         assert "version 1" in str(error)
 
 
-@pytest.mark.parametrize("payload", ["not a dict", 42, [1, 2]])
+@pytest.mark.parametrize("payload", ["not a dict", 42, [1, 2], None])
 def test_a_non_dict_snapshot_is_rejected(payload: Any) -> None:
-    with pytest.raises(ContextSerdeError):
+    with pytest.raises(ContextSerdeError, match="expected"):
         Context.from_dict(AskFlow(), payload)
+
+
+def test_an_empty_dict_is_not_a_snapshot() -> None:
+    message = str(load_error({}))
+    assert "not a tickwork snapshot" in message and "empty dict" in message
+    assert "'version', 'is_running', 'workers' are missing" in message
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"foo": 1},
+        {"state": None},
+        {"version": 3, "workers": {}},  # no is_running
+        {"version": 3, "is_running": False},  # no workers
+        {"is_running": False, "workers": {}},  # no version
+    ],
+)
+def test_a_dict_without_the_identifying_keys_names_what_is_missing(
+    payload: dict[str, Any],
+) -> None:
+    message = str(load_error(payload))
+    assert "not a tickwork snapshot" in message
+    for key in ("version", "is_running", "workers"):
+        assert (f"'{key}'" in message.split("but", 1)[1]) is (key not in payload)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        ("version", "3", "'version' must be an integer"),
+        ("is_running", 1, "'is_running' must be a boolean"),
+        ("workers", [], "'workers' must be a dict, got list"),
+        ("workers", None, "'workers' must be a dict, got NoneType"),
+    ],
+)
+def test_a_pre_run_snapshot_with_wrong_types_is_rejected(
+    key: str, value: Any, fragment: str
+) -> None:
+    snap = Context(AskFlow()).to_dict()
+    snap[key] = value
+    assert fragment in str(load_error(snap))
+
+
+def test_a_pre_run_snapshot_loads_as_a_fresh_context() -> None:
+    snap = json.loads(json.dumps(Context(AskFlow()).to_dict(include_state=False)))
+    ctx = Context.from_dict(AskFlow(), snap)
+    assert ctx.is_running is False
 
 
 @pytest.mark.parametrize("key", ["waiter_id", "waiting_for_event"])

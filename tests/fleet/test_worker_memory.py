@@ -19,8 +19,9 @@ from tickwork.errors import WorkflowCancelledByUser
 from tickwork.events import InputRequiredEvent
 from tickwork.fleet import Worker, WorkerOptions
 from tickwork.journal import InMemoryJournal
+from tickwork.journal.recovery import resume_claimed
 from tickwork.serde.serializers import JsonSerializer
-from tickwork.stores.records import JournalError, StoreUnavailable
+from tickwork.stores.records import JournalError, Lease, LeaseLost, StoreUnavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -141,6 +142,91 @@ async def test_a_send_to_a_finished_run_raises() -> None:
         await handler.send_event(Answer(value="late"))
 
 
+class Stuck(Workflow):
+    """Its step never returns: each session of the run dies inside it (a poison run)."""
+
+    started: list[str] = []
+
+    @step
+    async def hang(self, ev: StartEvent) -> StopEvent:
+        Stuck.started.append("hang")
+        await anyio.sleep_forever()
+        return StopEvent()
+
+
+async def test_a_run_whose_every_session_dies_in_a_step_fails_as_poison() -> None:
+    store = InMemoryJournal()
+    flow = Stuck(journal=store)
+    Stuck.started.clear()
+    await flow.submit(run_id="stuck")
+    sessions = 0
+    with anyio.fail_after(10):
+        while claim := await store.claim_run("stuck", f"w{sessions}", max_claims=3):
+            assert sessions < 10, "the run was never failed as poison"
+            handler = await resume_claimed(flow, claim)
+            while len(Stuck.started) == sessions:  # its session journaled, then ran the step
+                await anyio.sleep(0.01)
+            handler._session.lose_lease(LeaseLost("the worker died"))  # writes nothing more
+            await store.expire_owner(claim.lease.owner)
+            sessions += 1
+    entry = await store.get_run("stuck")
+    assert entry is not None and entry.status == "failed" and entry.outcome is not None
+    assert entry.outcome.error is not None
+    message = entry.outcome.error["exception_message"]
+    assert "run 'stuck' was claimed 3 times without progress" in message
+    # The first session journaled the start event (progress); the next three did not.
+    assert sessions == 4
+
+
+async def test_a_session_stopped_before_it_began_does_not_move_the_run() -> None:
+    # A worker may park or hand back a run it just claimed before the run's task ran.
+    store = InMemoryJournal()
+    await Echo(journal=store).submit(run_id="s1", text="x")
+    claim = await store.claim_run("s1", "w")
+    assert claim is not None
+    handler = await resume_claimed(Echo(journal=store), claim)
+    handler._session.stop_here()
+    with anyio.fail_after(5):
+        await handler._session.host_done.wait()
+    await anyio.sleep(0.05)
+    entry = await store.get_run("s1")
+    assert entry is not None and (entry.status, entry.last_seq) == ("running", -1)
+    assert await store.read_stream("s1") == []  # its step never ran
+
+
+class Patient(Workflow):
+    @step
+    async def wait(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        try:
+            await ctx.wait_for_event(Answer, timeout=ev.seconds)
+        except TimeoutError:
+            return StopEvent(result="timed out")
+        return StopEvent(result="answered")
+
+
+@pytest.mark.parametrize("wake", ["send", "deadline"])
+async def test_a_parked_run_claimed_to_wake_is_not_parked_again_first(wake: str) -> None:
+    # With idle_release=0 a run that only waits is parked at once; one claimed for its
+    # inbox item or its passed deadline must first take it, then end.
+    store = InMemoryJournal()
+    seconds = 30.0 if wake == "send" else 0.3
+    handler = await Patient(journal=store).submit(run_id="w1", seconds=seconds)
+    options = WorkerOptions(poll_seconds=0.05, idle_release=0)
+    worker = Worker([Patient(journal=store)], store, options)
+
+    async def body() -> Any:
+        while (await store.get_run("w1")).status != "parked":  # type: ignore[union-attr]
+            await anyio.sleep(0.01)
+        if wake == "send":
+            await handler.send_event(Answer(value="yes"), idempotency_key="a")
+        return await handler
+
+    assert await serving(worker, body) == ("answered" if wake == "send" else "timed out")
+    assert (worker.claimed, worker.parked) == (2, 1)
+    entry = await store.get_run("w1")
+    assert entry is not None and entry.status == "completed"
+
+
 class Nap(Workflow):
     @step
     async def nap(self, ev: StartEvent) -> StopEvent:
@@ -245,3 +331,24 @@ async def test_a_run_the_store_cannot_load_for_now_is_claimed_again_not_failed()
 
     assert await serving(worker, body) == "LATER"
     assert worker.claimed == 2  # again once the first claim's lease expired
+
+
+async def test_releasing_a_run_that_finished_under_the_lease_leaves_it_finished() -> None:
+    store = InMemoryJournal()
+    handler = await Echo(journal=store).submit(run_id="done", text="x")
+    worker = Worker([Echo(journal=store)], store, WorkerOptions(poll_seconds=0.05))
+
+    async def body() -> Any:
+        return await handler
+
+    await serving(worker, body)
+    entry = await store.get_run("done")
+    assert entry is not None and entry.owner is not None
+    lease = Lease("done", entry.owner, entry.epoch)  # its last owner still holds the fence
+    for status in ("queued", "parked"):
+        await store.release_run(lease, status=status)  # type: ignore[arg-type]
+    entry = await store.get_run("done")
+    assert entry is not None and entry.status == "completed"
+    assert await store.claim_runs("w2", ["Echo"]) == []
+    with pytest.raises(LeaseLost):  # a stale lease is still refused
+        await store.release_run(Lease("done", entry.owner, entry.epoch - 1))

@@ -465,6 +465,33 @@ async def test_a_run_claimed_too_often_without_progress_fails_as_poison(
     assert fine_entry is not None and fine_entry.claims_without_progress == 1
 
 
+@pytest.mark.anyio
+async def test_a_sessions_opening_record_alone_is_not_progress(store: PostgresJournal) -> None:
+    # Each claim starts a session that journals its opening record before any step runs:
+    # a run killing every worker that takes it appends that much each time, and must
+    # still be failed as poison.
+    await store.submit_run("poison", "Flow", SNAPSHOT, start_event={})
+    opening = {"type": "session_start", "stamped_at": 0.0, "run_id": "poison"}
+    for claims in (1, 2):
+        [claim] = await store.claim_runs("w", ["Flow"], lease_seconds=0, max_claims=2)
+        seq = claim.entry.last_seq + 1
+        await store.append("poison", [JournalRecord(seq, opening)], lease=claim.lease)
+        entry = await store.get_run("poison")
+        assert entry is not None and entry.claims_without_progress == claims
+    assert await store.claim_runs("w", ["Flow"], lease_seconds=0, max_claims=2) == []
+    entry = await store.get_run("poison")
+    assert entry is not None and entry.status == "failed"
+
+    # Anything more is progress.
+    await store.submit_run("fine", "Flow", SNAPSHOT, start_event={})
+    [claim] = await store.claim_runs("w", ["Flow"], lease_seconds=0, max_claims=2)
+    seq = claim.entry.last_seq + 1
+    records = [JournalRecord(seq, opening), *_records(seq + 1)]
+    await store.append("fine", records, lease=claim.lease)
+    entry = await store.get_run("fine")
+    assert entry is not None and entry.claims_without_progress == 0
+
+
 # -- inbox, parking and the stream ---------------------------------------------------------
 
 

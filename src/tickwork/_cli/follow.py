@@ -41,15 +41,13 @@ class ResumeHint:
     """Where a journaled run is kept, to tell the user how to come back to it."""
 
     run_id: str
-    journal: str
+    store: str
+    """The options naming the run's store (``--journal PATH`` or ``--dsn DSN``)."""
     workflow: str
 
     def resume(self) -> str:
         """The command that resumes the run."""
-        return (
-            f"tickwork runs resume {self.run_id} --journal {self.journal} "
-            f"--workflow {self.workflow}"
-        )
+        return f"tickwork runs resume {self.run_id} {self.store} --workflow {self.workflow}"
 
     def send(self, question: Question | None = None) -> str:
         """The command that sends an answer to the run (for ``question``, when given)."""
@@ -59,8 +57,7 @@ class ResumeHint:
             else "EVENT_TYPE"
         )
         return (
-            f"tickwork runs send {self.run_id} {kind} JSON --journal {self.journal} "
-            f"--workflow {self.workflow}"
+            f"tickwork runs send {self.run_id} {kind} JSON {self.store} --workflow {self.workflow}"
         )
 
 

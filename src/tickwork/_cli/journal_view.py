@@ -7,6 +7,8 @@ is written.  Store errors become :class:`~tickwork._cli.console.CliError` lines.
 
 from __future__ import annotations
 
+import re
+import shlex
 import sqlite3
 from collections.abc import Callable
 from datetime import datetime
@@ -15,6 +17,7 @@ from typing import Any
 
 from tickwork._cli.console import CliError, one_line
 from tickwork.journal import JournalError, RunEntry, SqliteJournal
+from tickwork.stores.store import JournalStore
 
 __all__ = [
     "entry_dict",
@@ -36,6 +39,44 @@ def journal_problem(error: JournalError) -> CliError:
     """The usage error (status 2) for a journal that cannot be used; the store's message
     already names the path, the run and the seq."""
     return CliError(" ".join(str(error).split()))
+
+
+def store_label(args: Any) -> str:
+    """How messages name the store of ``--journal`` or ``--dsn``."""
+    if getattr(args, "dsn", None):
+        return f"{redact_dsn(args.dsn)} (schema {args.schema})"
+    return str(args.journal)
+
+
+def store_option(args: Any) -> str:
+    """The options that name the same store again, for hints (``--journal PATH``...)."""
+    if getattr(args, "dsn", None):
+        option = f"--dsn {shlex.quote(args.dsn)}"
+        return option if args.schema == "tickwork" else f"{option} --schema {args.schema}"
+    return f"--journal {shlex.quote(str(args.journal))}"
+
+
+def open_runs_store(args: Any, *, for_run: bool = False) -> Any:
+    """The store ``--journal`` or ``--dsn`` names (``for_run``: a fresh one to run in)."""
+    if getattr(args, "dsn", None):
+        try:
+            from tickwork.stores.postgres import PostgresJournal
+        except ImportError as error:
+            raise CliError(
+                f'--dsn needs the Postgres extra: pip install "tickwork[postgres]" ({error})'
+            ) from None
+        try:
+            store = PostgresJournal(args.dsn, schema=args.schema)
+            store.check()
+        except JournalError as error:
+            raise journal_problem(error) from None
+        return store
+    return open_journal_for_run(args.journal) if for_run else open_journal(args.journal)
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` without its password."""
+    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", dsn)
 
 
 def open_journal(path: str) -> SqliteJournal:
@@ -102,7 +143,7 @@ async def guarded(call: Callable[[], Any], path: str) -> Any:
         raise CliError(f"cannot read journal {path!r}: {one_line(error)}") from None
 
 
-async def get_entry(store: SqliteJournal, run_id: str, path: str) -> RunEntry:
+async def get_entry(store: JournalStore, run_id: str, path: str) -> RunEntry:
     entry: RunEntry | None = await guarded(lambda: store.get_run(run_id), path)
     if entry is None:
         raise CliError(f"no run {run_id!r} in journal {path!r}")
@@ -110,7 +151,7 @@ async def get_entry(store: SqliteJournal, run_id: str, path: str) -> RunEntry:
 
 
 async def show_data(
-    store: SqliteJournal, run_id: str, path: str
+    store: JournalStore, run_id: str, path: str
 ) -> tuple[RunEntry, tuple[int, dict[str, Any]] | None, dict[str, int]]:
     entry = await get_entry(store, run_id, path)
     found = await guarded(lambda: store.read_snapshot(run_id), path)

@@ -33,12 +33,13 @@ from tickwork._cli.journal_view import (
     get_entry,
     guarded,
     journal_problem,
-    open_journal,
-    open_journal_for_run,
+    open_runs_store,
     run_summary,
     runs_table,
     show_data,
     show_text,
+    store_label,
+    store_option,
 )
 from tickwork._cli.loading import check_run_workflow, run_workflow_class, workflow_instance
 from tickwork._cli.questions import Question, answer_problem, parse_answer, pending_questions
@@ -58,9 +59,11 @@ _FINISHED_STATUSES = ("completed", "failed", "timed_out")
 
 def command_runs_list(args: argparse.Namespace, console: Console) -> int:
     """``runs list``: one line (or JSON object) per run, newest first."""
-    store = open_journal(args.journal)
+    store = open_runs_store(args)
     try:
-        entries: list[RunEntry] = run_backend("asyncio", guarded, store.list_runs, args.journal)
+        entries: list[RunEntry] = run_backend(
+            "asyncio", guarded, store.list_runs, store_label(args)
+        )
     finally:
         store.close()
     if args.json:
@@ -68,15 +71,17 @@ def command_runs_list(args: argparse.Namespace, console: Console) -> int:
     elif entries:
         sys.stdout.write(runs_table(entries))
     else:
-        console.progress("runs", f"no runs in {args.journal}")
+        console.progress("runs", f"no runs in {store_label(args)}")
     return EXIT_OK
 
 
 def command_runs_show(args: argparse.Namespace, console: Console) -> int:
     """``runs show``: the run's entry, current state (or snapshot summary) and error."""
-    store = open_journal(args.journal)
+    store = open_runs_store(args)
     try:
-        entry, found, tail = run_backend("asyncio", show_data, store, args.run_id, args.journal)
+        entry, found, tail = run_backend(
+            "asyncio", show_data, store, args.run_id, store_label(args)
+        )
     finally:
         store.close()
     summary = run_summary(entry, found, tail)
@@ -102,7 +107,7 @@ def command_runs_show(args: argparse.Namespace, console: Console) -> int:
 def _current(
     args: argparse.Namespace, workflow_class: type[Workflow], entry: RunEntry, console: Console
 ) -> dict[str, Any]:
-    store = open_journal(args.journal)
+    store = open_runs_store(args)
     try:
         spec = args.workflow or entry.workflow_name
         workflow = workflow_instance(spec, workflow_class, {"journal": store})
@@ -131,9 +136,9 @@ def command_runs_send(args: argparse.Namespace, console: Console) -> int:
 
 
 def _act_on_run(args: argparse.Namespace, console: Console, command: str) -> int:
-    lookup = open_journal(args.journal)
+    lookup = open_runs_store(args)
     try:
-        entry: RunEntry = run_backend("asyncio", get_entry, lookup, args.run_id, args.journal)
+        entry: RunEntry = run_backend("asyncio", get_entry, lookup, args.run_id, store_label(args))
     finally:
         lookup.close()
     if entry.status in _FINISHED_STATUSES:
@@ -141,7 +146,7 @@ def _act_on_run(args: argparse.Namespace, console: Console, command: str) -> int
     workflow_class = run_workflow_class(entry, args.workflow, command)
     # A fresh store for the run: a store's worker-thread limiter belongs to the event loop
     # (and backend) that first used it.
-    store = open_journal_for_run(args.journal)
+    store = open_runs_store(args, for_run=True)
     try:
         spec = args.workflow or _spec_of(workflow_class)
         workflow = workflow_instance(spec, workflow_class, {"journal": store})
@@ -150,7 +155,7 @@ def _act_on_run(args: argparse.Namespace, console: Console, command: str) -> int
                 workflow,
                 console,
                 None if console.quiet else attach_watch(workflow),
-                hint=ResumeHint(entry.run_id, args.journal, spec),
+                hint=ResumeHint(entry.run_id, store_option(args), spec),
                 answers=command == "runs resume",
                 stop_when_quiescent=command == "runs send",
                 interactive=sys.stdin.isatty(),
@@ -271,3 +276,23 @@ def _event_type(workflow: Workflow, state: RunState, name: str) -> type[Event]:
     raise CliError(
         f"workflow {workflow.workflow_name} has no event type {name!r} (its events: {known})"
     )
+
+
+def command_runs_cancel(args: argparse.Namespace, console: Console) -> int:
+    """``runs cancel``: ask the run to stop gracefully, through its inbox.
+
+    Returns once the request is durable.  The run's owner (a worker of a fleet, or the
+    process running it) consumes it like a ``cancel_run()``; a run nobody runs now
+    (parked, or interrupted) is cancelled when it is next claimed or resumed.
+    """
+    store = open_runs_store(args)
+    label = store_label(args)
+    try:
+        entry: RunEntry = run_backend("asyncio", get_entry, store, args.run_id, label)
+        if entry.status in _FINISHED_STATUSES or entry.status == "cancelled":
+            raise CliError(f"run {entry.run_id!r} already finished ({entry.status})")
+        run_backend("asyncio", guarded, lambda: store.send(entry.run_id, "cancel"), label)
+    finally:
+        store.close()
+    console.progress("runs", f"asked run {args.run_id!r} to stop; it ends as cancelled")
+    return EXIT_OK

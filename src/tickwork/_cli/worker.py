@@ -1,10 +1,10 @@
 """``tickwork worker`` and ``tickwork workers``: run a worker of a fleet, list them.
 
 ``tickwork worker MODULE:OBJ (--dsn DSN | --journal FILE) [--queue Q]... [--concurrency N]
-[--lease S] [--idle-release S]`` serves the workflows ``OBJ`` names (a Workflow class or
-instance, or a list, tuple or dict of them) until SIGTERM or Ctrl-C, then hands its runs
-back to the fleet.  ``tickwork workers (--dsn DSN | --journal FILE)`` lists the workers
-that are alive and the runs they own.
+[--lease S] [--idle-release S] [--max-claims N]`` serves the workflows ``OBJ`` names (a
+Workflow class or instance, or a list, tuple or dict of them) until SIGTERM or Ctrl-C,
+then hands its runs back to the fleet.  ``tickwork workers (--dsn DSN | --journal FILE)``
+lists the workers that are alive and the runs they own.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 import anyio
 
 from tickwork._cli.console import CliError
+from tickwork._cli.journal_view import open_runs_store
 from tickwork._cli.loading import _import_module
 from tickwork.fleet.worker import Worker, WorkerOptions
-from tickwork.stores.records import JournalError
-from tickwork.stores.store import JournalStore
+from tickwork.stores.store import DEFAULT_MAX_CLAIMS, JournalStore
 from tickwork.workflow import Workflow
 
 __all__ = ["add_parsers", "open_store"]
@@ -55,11 +55,29 @@ def add_parsers(commands: Any) -> None:
     worker.add_argument(
         "--grace", type=float, default=30.0, metavar="S", help="shutdown grace (30 s)"
     )
+    worker.add_argument(
+        "--max-claims",
+        type=_positive_int,
+        default=DEFAULT_MAX_CLAIMS,
+        metavar="N",
+        help=f"fail a run claimed N times without progress (a poison run; {DEFAULT_MAX_CLAIMS})",
+    )
     worker.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
     worker.set_defaults(command=run_worker)
     workers = commands.add_parser("workers", help="list the workers of a fleet and their runs")
     _store_arguments(workers)
     workers.set_defaults(command=list_workers)
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _store_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,24 +89,7 @@ def _store_arguments(parser: argparse.ArgumentParser) -> None:
 
 def open_store(args: argparse.Namespace) -> JournalStore:
     """The store ``--dsn`` or ``--journal`` names (a one-line error if it cannot be used)."""
-    try:
-        if args.dsn:
-            from tickwork.stores.postgres import PostgresJournal
-
-            store: JournalStore = PostgresJournal(args.dsn, schema=args.schema)
-        else:
-            from tickwork.stores.sqlite import SqliteJournal
-
-            store = SqliteJournal(args.journal)
-        check = getattr(store, "check", None)
-        if check is not None:
-            check()
-    except ImportError as error:
-        raise CliError(
-            f'--dsn needs the Postgres extra: pip install "tickwork[postgres]" ({error})'
-        ) from None
-    except JournalError as error:
-        raise CliError(str(error).splitlines()[0]) from None
+    store: JournalStore = open_runs_store(args, for_run=True)
     return store
 
 
@@ -133,6 +134,7 @@ def run_worker(args: argparse.Namespace, console: Any) -> int:
         lease_seconds=args.lease,
         idle_release=args.idle_release,
         grace=args.grace,
+        max_claims=args.max_claims,
     )
     worker = Worker(workflows, store, options)
 

@@ -1,6 +1,6 @@
 """JSON Patch (RFC 6902 ``add`` / ``remove`` / ``replace``) over state sections.
 
-``apply_state_patch`` is public (re-exported by :mod:`tickwork.context.state_store`).
+``apply_state_patch`` is public (re-exported by ``tickwork.context.state_store``).
 ``diff_trees`` is the engine behind ``StateCheckpoint.diff``: it walks two object graphs
 side by side, skips subtrees shared by identity, and asks an ``encode`` callback for the
 JSON tree of whatever changed.

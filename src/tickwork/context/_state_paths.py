@@ -1,6 +1,6 @@
 """Dotted paths into state models, and the copies the state store makes of them.
 
-Public names are re-exported by :mod:`tickwork.context.state_store`; see §9.3 of the API
+Public names are re-exported by ``tickwork.context.state_store``; see §9.3 of the API
 contract. Everything here is a plain function over user objects: no locks, no I/O.
 """
 
@@ -259,7 +259,7 @@ def set_by_path_copy(state: ModelT, path: str, value: Any) -> ModelT:
     as for a lock or a live handle, or hands back the object itself): it is written
     through in place, and ``state`` itself is returned, since every container above that
     object already holds it. That write is the only mutation and the last step, so when
-    it fails ``state`` is untouched. Raises ``ValueError`` like :func:`set_by_path`.
+    it fails ``state`` is untouched. Raises ``ValueError`` like ``set_by_path``.
     """
     segments = _split_path(path)
     chain: list[Any] = [state]

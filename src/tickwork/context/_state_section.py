@@ -1,6 +1,6 @@
 """Serialized state sections, checkpoints and their diffs (§9.2, §9.7, §9.8).
 
-The public names here are re-exported by :mod:`tickwork.context.state_store`, which is
+The public names here are re-exported by ``tickwork.context.state_store``, which is
 their documented home (their ``__module__`` says so, and ``DictState`` snapshots record
 ``state_module = "tickwork.context.state_store"``).
 
@@ -174,7 +174,7 @@ def _value_tree(serializer: BaseSerializer, value: Any) -> Any:
 
 
 def _decode_value_tree(serializer: BaseSerializer, tree: Any) -> Any:
-    """The value a :func:`_value_tree` tree stands for."""
+    """The value a ``_value_tree`` tree stands for."""
     if type(tree) is dict:
         if tree.get(_SERIALIZED_MARKER) is True:
             return serializer.deserialize(str(tree.get("value")))
@@ -282,7 +282,7 @@ class StateCheckpoint(Generic[MODEL_T]):
 
     Two checkpoints reference the same object exactly when no write happened in between
     (``a.state is b.state``). In-place mutation of objects obtained from ``store.get()``
-    is invisible to :meth:`diff`.
+    is invisible to ``diff``.
     """
 
     __slots__ = ("_serializer", "_state")

@@ -3,13 +3,14 @@
 A Context has three *faces*.  A new one is **pre-run** (it may carry a snapshot and a
 staging store).  ``workflow.run(ctx=ctx)`` turns that same object into the **handler**
 face of the run.  Each invocation gets its own **step** face.  Calling a member in the
-wrong face raises :class:`~tickwork.errors.ContextStateError` naming the member and the
+wrong face raises ``ContextStateError`` naming the member and the
 face it needs, because a silently wrong answer (a send into nowhere, a collect outside a
 step) is much harder to debug than an error at the call.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import AsyncIterator, Sequence
@@ -47,6 +48,20 @@ _STEP = "a step (the context passed to a step function)"
 _COMPOSED: weakref.WeakKeyDictionary[Any, dict[int, tuple[BaseSerializer, BaseSerializer]]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def _check_wait_timeout(timeout: Any) -> None:
+    valid = (
+        not isinstance(timeout, bool)
+        and isinstance(timeout, (int, float))
+        and math.isfinite(timeout)
+        and timeout > 0
+    )
+    if not valid:
+        raise ValueError(
+            f"wait_for_event(timeout={timeout!r}): timeout must be None (no deadline) or "
+            "a positive finite number of seconds"
+        )
 
 
 def _compose_serializer(
@@ -163,6 +178,11 @@ class Context(Generic[MODEL_T]):
         serializer: BaseSerializer | None = None,
     ) -> Context[Any]:
         """A pre-run Context rebuilt from a snapshot (``ContextSerdeError`` if invalid)."""
+        if data is None:
+            raise ContextSerdeError(
+                "cannot load snapshot: expected the dict Context.to_dict() returned, got "
+                "None; use Context(workflow) for a fresh run"
+            )
         return cls(workflow, previous_context=data, serializer=serializer)
 
     # -- face plumbing ---------------------------------------------------------------
@@ -295,7 +315,13 @@ class Context(Generic[MODEL_T]):
         requirements: dict[str, Any] | None = None,
         timeout: float | None = 2000,
     ) -> Any:
-        """Suspend this invocation until an event of ``event_type`` arrives (see docs)."""
+        """Suspend this invocation until an event of ``event_type`` arrives (see docs).
+
+        ``timeout`` is ``None`` (wait without a deadline) or a positive finite number of
+        seconds; anything else raises ``ValueError`` naming it.
+        """
+        if timeout is not None:
+            _check_wait_timeout(timeout)
         scope = self._step_scope("wait_for_event")
         return scope.wait_for(event_type, waiter_event, waiter_id, requirements, timeout)
 

@@ -1,4 +1,4 @@
-"""Serializers (api.md §10.1): the public path of :mod:`tickwork.serde.serializers`.
+"""Serializers (api.md §10.1): the public path of ``tickwork.serde.serializers``.
 
 The serializers live in the serialization layer, below the runtime and the ``Context``
 that both use them; this module keeps the import path users know.

@@ -393,31 +393,31 @@ class SyncStateStore(Generic[MODEL_T]):
             raise _writer_inside_edit_error(operation)
 
     def get(self, path: str, default: Any = ...) -> Any:
-        """Blocking :meth:`InMemoryStateStore.get`."""
+        """Blocking ``InMemoryStateStore.get``."""
         return self._run(self._store.get, path, default)
 
     def set(self, path: str, value: Any) -> None:
-        """Blocking :meth:`InMemoryStateStore.set`."""
+        """Blocking ``InMemoryStateStore.set``."""
         self._refuse_inside_edit("set")
         self._run(self._store.set, path, value)
 
     def get_state(self) -> MODEL_T:
-        """Blocking :meth:`InMemoryStateStore.get_state`."""
+        """Blocking ``InMemoryStateStore.get_state``."""
         return self._run(self._store.get_state)
 
     def set_state(self, state: BaseModel) -> None:
-        """Blocking :meth:`InMemoryStateStore.set_state`."""
+        """Blocking ``InMemoryStateStore.set_state``."""
         self._refuse_inside_edit("set_state")
         self._run(self._store.set_state, state)
 
     def clear(self) -> None:
-        """Blocking :meth:`InMemoryStateStore.clear`."""
+        """Blocking ``InMemoryStateStore.clear``."""
         self._refuse_inside_edit("clear")
         self._run(self._store.clear)
 
     @contextmanager
     def edit_state(self) -> Iterator[MODEL_T]:
-        """Blocking :meth:`InMemoryStateStore.edit_state`, as a plain context manager."""
+        """Blocking ``InMemoryStateStore.edit_state``, as a plain context manager."""
         self._refuse_inside_edit("edit_state")
         draft = self._run(self._store._begin_thread_edit, threading.get_ident())
         try:

@@ -20,7 +20,7 @@ def get_qualified_name(value: Any) -> str:
 
     ``get_qualified_name(StopEvent)`` and ``get_qualified_name(StopEvent())`` are both
     ``"tickwork.events.StopEvent"``.  The result imports back with
-    :func:`import_module_from_qualified_name` unless the class was defined inside a
+    ``import_module_from_qualified_name`` unless the class was defined inside a
     function (its qualname then contains ``<locals>``).
     """
     return qualified_name(value if isinstance(value, type) else type(value))

@@ -27,7 +27,7 @@ import os
 import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -70,9 +70,8 @@ class WorkerOptions:
 class _Active:
     claim: Claim
     handler: WorkflowHandler
-    started_at: float = field(default_factory=time.time)
-    """When this worker started the session (a run woken from parking has an old
-    ``last_alive_stamp`` until the session has processed its first tick)."""
+    since: float
+    """When this worker took the run (idle time counts from then at the earliest)."""
 
     @property
     def session(self) -> RunSession:
@@ -197,7 +196,7 @@ class Worker:
             await self._fail(claim, error)
             return
         handler._session.discard_stream()
-        self.active[run_id] = _Active(claim, handler)
+        self.active[run_id] = _Active(claim, handler, time.time())
 
     async def _drop_stale(self, stale: _Active, claim: Claim) -> None:
         """This worker claimed again a run it still runs: its lease had expired (its
@@ -237,10 +236,22 @@ class Worker:
                     self.lost += 1
                 del self.active[run_id]
                 continue
-            state = session.state
-            last = max(state.last_alive_stamp or now, active.started_at)
-            if _parkable(state) and now - last >= self.options.idle_release:
+            if await self._idle(run_id, active, now):
                 await self._park(run_id, active)
+
+    async def _idle(self, run_id: str, active: _Active, now: float) -> bool:
+        """Whether a run only waits, has done so for ``idle_release`` seconds, and has
+        nothing to get to: no passed deadline, no inbox item (a run is usually claimed
+        for one of those, before its session could take it)."""
+        state = active.session.state
+        # Its last input may be older than this claim (the run was parked).
+        last = max(state.last_alive_stamp or now, active.since)
+        if not _parkable(state) or now - last < self.options.idle_release:
+            return False
+        deadline = _earliest_deadline(state)
+        if deadline is not None and deadline <= now:
+            return False
+        return not await self.store.read_inbox(run_id)
 
     async def _park(self, run_id: str, active: _Active) -> None:
         session = active.session
@@ -250,7 +261,11 @@ class Worker:
         await self._put_back(session, active.claim, park=True)
 
     async def _put_back(self, session: RunSession, claim: Claim, *, park: bool) -> None:
-        """Park a stopped session's run (or hand it back when it is not only waiting)."""
+        """Park a stopped session's run (or hand it back when it is not only waiting).
+
+        A run that ended meanwhile is left as it is: its final records are written, and
+        handing it back would have it run again.
+        """
         state = session.state
         writer = session.writer
         lease = session.ownership.lease if session.ownership is not None else claim.lease

@@ -2,7 +2,7 @@
 
 ``Workflow(journal=SqliteJournal("runs.db"))`` journals every run of the workflow;
 ``await recover_runs(MyFlow(journal=store))`` at start-up resumes the runs that were
-interrupted by a crash.  The stores live in :mod:`tickwork.stores` and are re-exported
+interrupted by a crash.  The stores live in ``tickwork.stores`` and are re-exported
 here with the recovery functions, which sit above workflows and handlers.
 
 ``PostgresJournal`` is here too, but imported only when first used: it needs the
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tickwork.journal.recovery import load_run, recover_runs, resume_run
+from tickwork.journal.recovery import RecoveryResult, load_run, recover_runs, resume_run
 from tickwork.stores.memory import InMemoryJournal
 from tickwork.stores.sqlite import SqliteJournal
 from tickwork.stores.store import JournalError, JournalStore, RunEntry, StatePatch
@@ -25,6 +25,7 @@ __all__ = [
     "InMemoryJournal",
     "JournalError",
     "JournalStore",
+    "RecoveryResult",
     "RunEntry",
     "SqliteJournal",
     "StatePatch",

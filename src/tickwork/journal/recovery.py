@@ -16,7 +16,7 @@ from typing import Any
 
 from tickwork.context.context import Context
 from tickwork.context.state_store import InMemoryStateStore, apply_state_patch
-from tickwork.errors import ContextSerdeError
+from tickwork.errors import ContextSerdeError, WorkflowRuntimeError
 from tickwork.handler import WorkflowHandler
 from tickwork.runtime.control_loop.reduce import reduce
 from tickwork.runtime.types.evolve import evolve
@@ -25,13 +25,16 @@ from tickwork.stores.leases import owner_is_dead_local_process, process_owner
 from tickwork.stores.records import Claim, Lease
 from tickwork.stores.store import JournalError, JournalStore, RunEntry
 
+# The ends a run cannot be resumed from (a cancelled run can be).
+_ENDED = ("completed", "failed", "timed_out")
+
 __all__ = ["RecoveryResult", "load_run", "recover_runs", "resume_run"]
 
 _log = logging.getLogger("tickwork.journal")
 
 
 class RecoveryResult(dict[str, WorkflowHandler]):
-    """What :func:`recover_runs` did: ``{run_id: handler}`` of the runs it resumed.
+    """What ``recover_runs`` did: ``{run_id: handler}`` of the runs it resumed.
 
     It is a plain dict of handlers, plus ``failed``: ``{run_id: exception}`` for the
     runs it could not resume (each also logged as an error naming the run and the
@@ -122,12 +125,30 @@ async def load_run(workflow: Any, run_id: str) -> Context[Any]:
 async def resume_run(workflow: Any, run_id: str) -> WorkflowHandler:
     """Continue the journaled run ``run_id`` under its own id and options; its handler.
 
-    Raises ``JournalError`` naming the run when the store does not know it.
+    Raises ``JournalError`` naming the run when the store does not know it,
+    ``WorkflowRuntimeError`` when the run has completed, failed or timed out (a
+    cancelled run is resumed), and
+    ``LeaseLost`` when a live process holds the run (the runs of a process of this
+    machine that died are taken over at once).
     """
-    entry = await _store_of(workflow).get_run(run_id)
+    store = _store_of(workflow)
+    entry = await store.get_run(run_id)
     if entry is None:
         raise JournalError(f"the journal has no run {run_id!r}")
+    if entry.status in _ENDED:
+        raise WorkflowRuntimeError(
+            f"run {run_id!r} has already finished ({entry.status}); there is nothing to "
+            "resume (start a new run, or load it with load_run to read its state)"
+        )
+    await _expire_if_dead_local_owner(store, entry)
     return await _resume(workflow, entry)
+
+
+async def _expire_if_dead_local_owner(store: JournalStore, entry: RunEntry) -> None:
+    """Free the runs of a process of this machine that has died (killed, or exited
+    without handing its runs back): nobody else can hold that lease any more."""
+    if entry.owner is not None and owner_is_dead_local_process(entry.owner):
+        await store.expire_owner(entry.owner)
 
 
 async def _resume(
@@ -135,8 +156,13 @@ async def _resume(
     entry: RunEntry,
     lease: Lease | None = None,
     lease_seconds: float | None = None,
+    *,
+    ctx: Context[Any] | None = None,
 ) -> WorkflowHandler:
-    ctx = await load_run(workflow, entry.run_id)
+    """Start ``entry``'s run again from ``ctx`` (its loaded journal; loaded here when
+    not given)."""
+    if ctx is None:
+        ctx = await load_run(workflow, entry.run_id)
     state = ctx._current_run_state()
     start = None
     if state.journal_seq == 0 and not state.is_running and entry.start_event is not None:
@@ -165,8 +191,8 @@ async def recover_runs(*workflows: Any) -> RecoveryResult:
     workflow by ``workflow_name``.  Only runs nobody else holds are taken: unowned
     runs, runs whose lease expired, and the runs of a process of this machine that died
     (two processes sharing one store never both resume a run).  Runs that were cancelled
-    with ``cancel_run()`` are not resumed automatically (use :func:`resume_run`).  Returns a
-    :class:`RecoveryResult`: ``{run_id: handler}`` of the resumed runs, with the runs
+    with ``cancel_run()`` are not resumed automatically (use ``resume_run``).  Returns a
+    ``RecoveryResult``: ``{run_id: handler}`` of the resumed runs, with the runs
     that could not be resumed in ``.failed`` (logged too); one bad run never blocks the
     others.
     """
@@ -202,12 +228,15 @@ async def _recover_one(
     the runs of a dead process of this machine are taken at once), or it had in fact
     finished durably.
     """
-    if entry.owner is not None and owner_is_dead_local_process(entry.owner):
-        await store.expire_owner(entry.owner)
+    # Load before claiming: a journal that cannot be loaded is reported with nothing
+    # in the store changed (not even its owner).
+    ctx = await load_run(workflow, entry.run_id)
+    await _expire_if_dead_local_owner(store, entry)
     claim = await store.claim_run(entry.run_id, process_owner())
     if claim is None:
         return None
-    ctx = await load_run(workflow, entry.run_id)
+    if claim.entry.last_seq != entry.last_seq:  # it moved on in between: load it again
+        ctx = await load_run(workflow, entry.run_id)
     state = ctx._current_run_state()
     if state.finished and state.status != "cancelled":
         await store.mark_finished(
@@ -216,4 +245,4 @@ async def _recover_one(
             lease=claim.lease,
         )
         return None
-    return await _resume(workflow, claim.entry, claim.lease)
+    return await _resume(workflow, claim.entry, claim.lease, ctx=ctx)

@@ -1,6 +1,6 @@
 """The static graph of a workflow: a JSON-friendly model and its builder (api.md §16).
 
-``get_workflow_representation(MyWorkflow)`` returns a :class:`WorkflowGraph` of steps,
+``get_workflow_representation(MyWorkflow)`` returns a ``WorkflowGraph`` of steps,
 events, the external actor and resources, built from annotations without running or
 validating anything.  Validation checks and stream bindings live in the ``checks`` and
 ``streams`` submodules, which the Workflow class and the runtime import directly.

@@ -5,8 +5,8 @@ an ordered dict of ``term -> value``, where a value is one of:
 
 * a string, shown as text;
 * a list of strings, shown as a bulleted list;
-* ``{"html": "..."}``, markup made by :func:`~tickwork.representation._docstring.
-  render_docstring` (which escapes every piece of user text first), inserted as HTML.
+* ``{"html": "..."}``, markup made by ``
+  render_docstring`` (which escapes every piece of user text first), inserted as HTML.
 
 Only this module decides what becomes HTML, so the script never interprets user text.
 """

@@ -12,7 +12,7 @@ reST or Markdown implementation:
   as ``C``), ``**strong**``, ``*emphasis*``, and links written ``[text](url)``,
   ```text <url>`_`` or ``<url>``.
 
-Safety: every piece of user text goes through :func:`html.escape` before it is wrapped in
+Safety: every piece of user text goes through ``html.escape`` before it is wrapped in
 tags, and a link becomes an ``<a>`` only for ``http``, ``https`` and ``mailto`` targets (a
 ``javascript:`` link stays text).  The output can therefore be inserted as HTML.
 """

@@ -1,26 +1,26 @@
 """What a drawing shows: the workflow graph plus the runtime's routes that §16 leaves out.
 
-:class:`~tickwork.representation.model.WorkflowGraph` is the JSON contract of §16.2 and
+``WorkflowGraph`` is the JSON contract of §16.2 and
 deliberately does not mark fan-outs, joins, failure routes or waits (a ``list[A]`` return
 is an ordinary edge to ``A``).  A drawing is for a human, who needs to see them, so
-:func:`drawing_of` classifies every graph edge and adds overlay edges:
+``drawing_of`` classifies every graph edge and adds overlay edges:
 
 * ``fan_out``: a fan-out step's edge to one of its list element types (``list[E]``);
 * ``resource``: an edge to a resource or config node (labelled with the parameter);
 * ``flow``: every other graph edge;
 * ``join`` (added): a fan-out producer to each ``list[E]`` step bound to its stream, as
-  computed by :func:`~tickwork.runtime.stream_plan.compute_stream_bindings`;
+  computed by ``compute_stream_bindings``;
 * ``failure`` (added): each step to the ``@catch_error`` handler that owns its failures;
 * ``wait`` (added): an event type to a step whose body calls ``wait_for_event`` for it
-  (found in the step's source, see :mod:`tickwork.representation._waits`);
+  (found in the step's source, see ``tickwork.representation._waits``);
 * ``asks`` (added): such a step to the ``InputRequiredEvent`` it passes as
   ``waiter_event``; that question is routed to the ``external_step`` (the human), which
   answers with the awaited type when that is a ``HumanResponseEvent``.
 
 Event types that only a wait mentions, and the ``external_step`` a question needs, are
-added as drawing nodes (:attr:`WorkflowDrawing.nodes`); the graph itself is unchanged.
+added as drawing nodes (``WorkflowDrawing.nodes``); the graph itself is unchanged.
 The drawing also carries the workflow's *own* docstring and, per step and event, the facts
-the details panel lists (:mod:`tickwork.representation._step_facts`).
+the details panel lists (``tickwork.representation._step_facts``).
 
 Both renderers (Mermaid and HTML) draw from this one model, so they always agree.
 """
@@ -113,7 +113,7 @@ class WorkflowDrawing:
 def drawing_of(workflow: Any) -> WorkflowDrawing:
     """Build the drawing of a Workflow class or instance (see the module docstring).
 
-    Like :func:`get_workflow_representation`, it reads class-level annotations (and, for
+    Like ``get_workflow_representation``, it reads class-level annotations (and, for
     waits, the steps' source) only: the workflow is neither instantiated nor validated,
     so an invalid workflow draws too.
     """

@@ -1,14 +1,14 @@
-"""Render a :class:`~tickwork.representation._drawing.WorkflowDrawing` as one HTML page.
+"""Render a ``WorkflowDrawing`` as one HTML page.
 
 The page is self-contained on purpose: it is opened from disk, attached to tickets and
 viewed offline, so it references nothing outside itself.  The layout comes from
-:mod:`tickwork.representation._layout` and the edge routes from
-:mod:`tickwork.representation._routes`; this module turns them into SVG shapes and
+``tickwork.representation._layout`` and the edge routes from
+``tickwork.representation._routes``; this module turns them into SVG shapes and
 paths, adds the legend of the kinds the drawing uses and a details panel, and escapes
-every piece of user text (labels go through :func:`html.escape`, docstrings through the
-escaping renderer of :mod:`tickwork.representation._docstring`; the details JSON escapes
+every piece of user text (labels go through ``html.escape``, docstrings through the
+escaping renderer of ``tickwork.representation._docstring``; the details JSON escapes
 ``<``, ``>`` and ``&`` so no docstring can close the script element).  The stylesheet,
-script and page template live in :mod:`tickwork.representation._page`.
+script and page template live in ``tickwork.representation._page``.
 
 Node groups carry ``class="node <kind>"``, ``data-node-id`` and ``data-node-type`` so
 that tests (and users' own scripts) can find them in the DOM.

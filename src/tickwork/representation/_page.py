@@ -1,10 +1,10 @@
 """The fixed parts of the HTML drawing: its stylesheet, its script and the page template.
 
-Kept apart from :mod:`tickwork.representation._html`, which computes what varies (the
+Kept apart from ``tickwork.representation._html``, which computes what varies (the
 SVG, the legend, the details), so that each file does one job.  Everything here is
 inlined into the page: a drawing loads nothing from the network.
 
-The script reads the node details JSON (see :mod:`tickwork.representation._details`):
+The script reads the node details JSON (see ``tickwork.representation._details``):
 a string is shown as text, a list as a bulleted list, and ``{"html": ...}`` as markup
 that Python rendered with every piece of user text escaped.
 """

@@ -1,6 +1,6 @@
 """How the edges of a laid-out workflow graph run: SVG path data for each arrow.
 
-Pure geometry on top of :class:`~tickwork.representation._layout.Layout`:
+Pure geometry on top of ``Layout``:
 
 * an edge to the next layer is an S-curve from the bottom of its source to the top of
   its target;
@@ -20,10 +20,10 @@ a node.  No two edges share a piece of line, so each one can be followed by eye:
 * **lanes**: a lane keeps clear of the nodes it passes and of every vertical line already
   placed over the same heights (other lanes, straight edges, the short drops from ports);
 * **tracks**: the horizontal runs in a gap take distinct heights wherever their x ranges
-  overlap; a gap that holds too few is reported (:func:`room_needed`) so that the layout
+  overlap; a gap that holds too few is reported (``room_needed``) so that the layout
   can be redone with more room there.
 
-Every route also keeps the polyline it follows (:attr:`EdgeRoute.points`; a curve is
+Every route also keeps the polyline it follows (``EdgeRoute.points``; a curve is
 sampled), which is what the tests measure.  Labels sit at the middle of a curve, or
 beside a lane, anchored away from the nodes it avoids.
 """
@@ -74,7 +74,7 @@ class EdgeRoute:
     label_rotated: bool = False
 
     def segments(self) -> list[tuple[Point, Point]]:
-        """The straight pieces of :attr:`points`, in order."""
+        """The straight pieces of ``points``, in order."""
         return list(zip(self.points, self.points[1:], strict=False))
 
 
@@ -93,7 +93,7 @@ def route_edges(
     lines), fine for a drawing.
 
     When a gap between rows holds too few tracks for the horizontal runs through it, the
-    extra runs spill over the rows; :func:`room_needed` says how much room to add.
+    extra runs spill over the rows; ``room_needed`` says how much room to add.
     """
     return _routing(edges, layout, sizes, shapes, label_widths).routes
 
@@ -370,7 +370,7 @@ class _Router:
         """A height in ``gap`` where no placed horizontal run overlaps ``x1..x2``.
 
         The tracks are tried from the side the run comes from; when the gap holds none
-        free, the run takes the next height past it and :attr:`room` records the lack.
+        free, the run takes the next height past it and ``room`` records the lack.
         """
         key, top, bottom = gap
         fitting = max(int((bottom - top - 2 * _TRACK_MARGIN) // _TRACK_STEP) + 1, 1)

@@ -3,7 +3,7 @@
 A step's behaviour is spread over its signature and its decorator options: the events it
 takes and returns (and their fields), how many copies run at once, how it retries, how
 long it may run, which resources it gets, who catches its failures, how a join collects,
-and what it waits for.  :func:`step_facts` gathers them as ``(term, value)`` pairs, each
+and what it waits for.  ``step_facts`` gathers them as ``(term, value)`` pairs, each
 value a short text or a tuple of texts (shown as a list), so the HTML renderer only has
 to lay them out.
 

@@ -2,7 +2,7 @@
 
 A step that calls ``await ctx.wait_for_event(Answer, waiter_event=Ask(...))`` waits for an
 event type that no annotation mentions, so the graph of §16 cannot show it.  This module
-reads the step function's source with :mod:`ast` and reports each call whose first
+reads the step function's source with ``ast`` and reports each call whose first
 argument (or ``event_type=``) is a name, or a dotted name, that resolves in the function's
 globals or closure to an ``Event`` subclass.  When ``waiter_event`` is a literal
 constructor call of an ``InputRequiredEvent`` subclass, that class is reported as the

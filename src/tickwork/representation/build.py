@@ -1,8 +1,8 @@
-"""Build the :class:`~tickwork.representation.model.WorkflowGraph` of a workflow (§16.2).
+"""Build the ``WorkflowGraph`` of a workflow (§16.2).
 
 The graph is derived from the class-level step configurations only: the workflow is
 neither instantiated nor validated, so even an invalid workflow can be drawn (which is
-when a drawing helps most).  :func:`discover_step_functions` is the single definition of
+when a drawing helps most).  ``discover_step_functions`` is the single definition of
 step discovery (api.md §6.3); the Workflow class reuses it.
 """
 

@@ -1,11 +1,11 @@
 """Static workflow validation: checks 3 to 7 of api.md §6.5 and the graph checks of §6.6.
 
 Every check is a pure function over the step functions (objects carrying
-``_step_config``) and raises :class:`~tickwork.errors.WorkflowValidationError` with a
+``_step_config``) and raises ``WorkflowValidationError`` with a
 message naming the steps, parameters and events involved.  The Workflow class runs
-checks 1, 2, 8 and 9 itself and calls :func:`validate_steps` for the rest.
+checks 1, 2, 8 and 9 itself and calls ``validate_steps`` for the rest.
 
-:func:`check_catch_error_structure` is public on its own because the runtime enforces
+``check_catch_error_structure`` is public on its own because the runtime enforces
 the ``@catch_error`` rules when a run is prepared, even with ``disable_validation``.
 """
 

@@ -6,9 +6,9 @@ needs nothing else: the layout is computed in Python and drawn as inline SVG, wi
 script or style fetched from the network, so it opens offline and can be attached to a
 bug report.  ``draw_workflow(MyFlow, "flow.html")`` writes either, by file extension.
 
-Both drawings show what :func:`~tickwork.representation.get_workflow_representation`
+Both drawings show what ``get_workflow_representation``
 returns (steps, events, the human ``external_step`` and resources) plus the routes the
-runtime adds (see :mod:`tickwork.representation._drawing`): fan-out edges (thick,
+runtime adds (see ``tickwork.representation._drawing``): fan-out edges (thick,
 labelled ``list[E]``), join edges from a stream's producer to its ``list[E]`` step
 (dotted, labelled ``join list[E]``), ``@catch_error`` routes (dashed, labelled
 ``on failure``) and ``wait_for_event`` calls found in a step's source (labelled

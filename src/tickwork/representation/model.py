@@ -3,7 +3,7 @@
 These are pydantic models so that a graph can be dumped, sent to a UI and validated back:
 ``WorkflowGraph.model_validate(graph.model_dump())`` restores every node's class, because
 ``WorkflowGraphNode`` chooses the node class from ``node_type``.  Unknown ``node_type``
-values (extensions such as agents or tools) become :class:`WorkflowGenericNode` instead of
+values (extensions such as agents or tools) become ``WorkflowGenericNode`` instead of
 failing, so a graph produced by a newer or extended producer still loads.
 """
 

@@ -3,7 +3,7 @@
 A step declares ``db: Annotated[Database, Resource(get_db)]`` or
 ``cfg: Annotated[Settings, ResourceConfig("settings.json")]``; the runtime resolves the
 declarations right before every invocation through the workflow instance's
-:class:`ResourceManager` and passes the values as keyword arguments.
+``ResourceManager`` and passes the values as keyword arguments.
 
 Caching follows the identity of the declaration, never its name:
 
@@ -11,7 +11,7 @@ Caching follows the identity of the declaration, never its name:
   ``(cache, scope)``, so two different lambdas never collide while repeated
   ``Resource(get_db)`` declarations share one value;
 * ``ResourceConfig`` is keyed by (absolute file, selector, model class);
-* a third-party :class:`ResourceDescriptor` is keyed by its own identity.
+* a third-party ``ResourceDescriptor`` is keyed by its own identity.
 
 Where a value lives depends on the declaration's mode:
 

@@ -105,7 +105,7 @@ class ResourceDefinition(BaseModel):
 
 
 class _Resource:
-    """A value produced by calling ``factory``; see :func:`Resource`."""
+    """A value produced by calling ``factory``; see ``Resource``."""
 
     def __init__(
         self, factory: Callable[..., Any], cache: bool = True, scope: ResourceScope = "workflow"
@@ -163,7 +163,7 @@ class _Resource:
         return value
 
     async def resolve(self, manager: ResourceResolver) -> Any:
-        """Same as :meth:`call`; the manager decides about caching around it."""
+        """Same as ``call``; the manager decides about caching around it."""
         return await self.call(manager)
 
     def _cache_key(self) -> Hashable:
@@ -196,7 +196,7 @@ def _factory_name(factory: Any) -> str:
 
 
 class _ResourceConfig:
-    """A pydantic model loaded from (a section of) a JSON file; see :func:`ResourceConfig`."""
+    """A pydantic model loaded from (a section of) a JSON file; see ``ResourceConfig``."""
 
     cache = True
     scope: ResourceScope = "workflow"
@@ -268,7 +268,7 @@ class _ResourceConfig:
         return self.cls_factory.model_validate(data)
 
     async def resolve(self, manager: ResourceResolver) -> Any:
-        """Same as :meth:`call`."""
+        """Same as ``call``."""
         return self.call()
 
     def _cache_key(self) -> Hashable:

@@ -1,21 +1,21 @@
 """Retry policies: when a failed step runs again, and after how long (api.md §12).
 
-A policy is any object with a compatible ``next`` method (:class:`RetryPolicy`).  The usual
-way to build one is :func:`retry_policy`, which combines three primitives:
+A policy is any object with a compatible ``next`` method (``RetryPolicy``).  The usual
+way to build one is ``retry_policy``, which combines three primitives:
 
-- a :class:`RetryCondition` decides whether an error is worth retrying at all;
-- a :class:`WaitStrategy` gives the delay before the next attempt;
-- a :class:`StopCondition` decides when to give up.
+- a ``RetryCondition`` decides whether an error is worth retrying at all;
+- a ``WaitStrategy`` gives the delay before the next attempt;
+- a ``StopCondition`` decides when to give up.
 
 The three kinds are protocols: any callable of the right shape qualifies, and so do
 tenacity's own objects, which the policy and the combinators call with a small stand-in
-for tenacity's call state (see :mod:`tickwork.retry_policy._adapters`).
+for tenacity's call state (see ``tickwork.retry_policy._adapters``).
 
 The primitives carry the names, parameter names and formulas of tenacity's, so code written
 against tenacity reads the same here.  Two differences matter: they receive plain values
 (the error, the retry index, the elapsed time) instead of a call-state object, and random
 strategies accept a ``seed``.  The runtime derives that seed from the run id
-(:func:`retry_seed`), so a replayed or resumed run computes the same jitter.
+(``retry_seed``), so a replayed or resumed run computes the same jitter.
 
 Example::
 

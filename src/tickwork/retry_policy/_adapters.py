@@ -3,10 +3,10 @@
 tickwork calls a retry condition as ``retry(error)``, a wait strategy as
 ``wait(n, seed=seed)`` (``n`` counts retries from 0) and a stop condition as
 ``stop(attempts, elapsed, upcoming_sleep=delay)``.  The protocols of
-:mod:`tickwork.retry_policy` also admit two other shapes:
+``tickwork.retry_policy`` also admit two other shapes:
 
 - tenacity's objects (and any callable whose single parameter is named ``retry_state``),
-  which read a ``RetryCallState``: they get a :class:`CallState` holding what tickwork
+  which read a ``RetryCallState``: they get a ``CallState`` holding what tickwork
   knows at that call;
 - waits without a ``seed`` parameter and stops without an ``upcoming_sleep`` parameter,
   which are called without that argument.

@@ -21,7 +21,7 @@ from tickwork.retry_policy._adapters import (
 )
 
 time_unit_type = int | float | timedelta
-"""A duration: seconds as a number, or a :class:`~datetime.timedelta`."""
+"""A duration: seconds as a number, or a ``timedelta``."""
 
 _ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -45,7 +45,7 @@ class RetryPolicy(Protocol):
     so far (1 at the first failure) and ``elapsed_time`` counts from the dispatch of the
     first attempt to this failure.  The runtime passes ``seed`` (for deterministic jitter)
     only when ``next`` declares a parameter of that name, so older policies keep working
-    (see :func:`call_policy`).
+    (see ``call_policy``).
     """
 
     def next(
@@ -368,7 +368,10 @@ def _to_seconds(value: time_unit_type, name: str) -> float:
             f"{name} must be a number of seconds or a datetime.timedelta, "
             f"got {type(value).__name__} {value!r}"
         )
-    return float(value)
+    seconds = float(value)
+    if math.isnan(seconds):
+        raise ValueError(f"{name} must be a number of seconds, got nan")
+    return seconds
 
 
 def _check_number(value: int | float, name: str) -> int | float:
@@ -376,6 +379,8 @@ def _check_number(value: int | float, name: str) -> int | float:
     # tenacity: the delay sequences then match to the last bit.
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    if math.isnan(value):
+        raise ValueError(f"{name} must be a number, got nan")
     return value
 
 

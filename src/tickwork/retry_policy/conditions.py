@@ -58,7 +58,7 @@ class retry_if_not_exception_type(_RetryConditionBase):
 
 
 class retry_unless_exception_type(retry_if_not_exception_type):
-    """The same as :class:`retry_if_not_exception_type`, under tenacity's other name."""
+    """The same as ``retry_if_not_exception_type``, under tenacity's other name."""
 
 
 class retry_if_exception_message(_RetryConditionBase):
@@ -96,7 +96,7 @@ class retry_if_exception_message(_RetryConditionBase):
 
 
 class retry_if_not_exception_message(retry_if_exception_message):
-    """Retry when :class:`retry_if_exception_message` with the same arguments would not."""
+    """Retry when ``retry_if_exception_message`` with the same arguments would not."""
 
     def __call__(self, error: BaseException) -> bool:
         return not self._matches(error)
@@ -106,7 +106,7 @@ class retry_if_exception_cause_type(_RetryConditionBase):
     """Retry when an exception in the error's ``__cause__`` chain matches.
 
     Only explicit causes (``raise ... from cause``) are followed, not ``__context__``, and
-    the error itself is not checked: combine with :class:`retry_if_exception_type` for that.
+    the error itself is not checked: combine with ``retry_if_exception_type`` for that.
     """
 
     def __init__(self, exception_types: _ExceptionTypes = Exception) -> None:

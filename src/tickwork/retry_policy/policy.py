@@ -30,7 +30,7 @@ from tickwork.retry_policy.waits import wait_exponential, wait_fixed, wait_rando
 
 
 class _ComposedRetryPolicy:
-    """The policy :func:`retry_policy` returns; private so that only the factory is API."""
+    """The policy ``retry_policy`` returns; private so that only the factory is API."""
 
     __slots__ = ("_retry_call", "_stop_call", "_wait_call", "retry", "stop", "wait")
 

@@ -26,6 +26,10 @@ class wait_fixed(_WaitStrategyBase):
 
     def __init__(self, wait: time_unit_type) -> None:
         self.wait = _to_seconds(wait, "wait")
+        if not 0 <= self.wait < math.inf:
+            raise ValueError(
+                f"wait_fixed(wait={wait!r}): wait must be a finite number of seconds >= 0"
+            )
 
     def __call__(self, attempts: int, *, seed: int | None = None) -> float:
         return self.wait
@@ -142,7 +146,7 @@ class wait_exponential_jitter(_WaitStrategyBase):
 
 
 class wait_random_exponential(wait_exponential):
-    """A uniform draw between ``min`` and :class:`wait_exponential`'s delay.
+    """A uniform draw between ``min`` and ``wait_exponential``'s delay.
 
     That is ``U(min, max(max(0, min), min(multiplier * exp_base**n, max)))``: the window
     grows exponentially, and the delay is never below ``min``.
@@ -159,5 +163,5 @@ def wait_full_jitter(
     max: time_unit_type = 60.0,
     min: time_unit_type = 0.0,
 ) -> wait_random_exponential:
-    """Another name for :class:`wait_random_exponential` with the same arguments."""
+    """Another name for ``wait_random_exponential`` with the same arguments."""
     return wait_random_exponential(multiplier=multiplier, exp_base=exp_base, max=max, min=min)

@@ -1,4 +1,4 @@
-"""Building the reducer's immutable :class:`RunConfig` from a workflow's step configs.
+"""Building the reducer's immutable ``RunConfig`` from a workflow's step configs.
 
 Computed once per workflow instance (and again only when the class's step registry
 changes); every run of the instance shares it.

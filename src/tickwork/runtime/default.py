@@ -1,7 +1,7 @@
 """The built-in in-process runtime: runs are tasks on the caller's event loop.
 
 The runtime boundary is internal for now; ``Workflow(runtime=...)`` accepts only
-instances of :class:`InProcessRuntime` so that durable or multi-process runtimes can
+instances of ``InProcessRuntime`` so that durable or multi-process runtimes can
 plug in later without changing user code.
 """
 

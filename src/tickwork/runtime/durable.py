@@ -1,9 +1,9 @@
 """Writing a run's journal to a durable store (``Workflow(journal=<store>)``).
 
-:meth:`DurableWriter.register` makes the run recoverable before ``run()`` returns: its
+``DurableWriter.register`` makes the run recoverable before ``run()`` returns: its
 starting snapshot, start event and options in one store transaction, and the lease that
 makes this process its owner.  The runner then reduces a drain of ticks and awaits
-:meth:`DurableWriter.commit`, which writes, in one store transaction fenced by that
+``DurableWriter.commit``, which writes, in one store transaction fenced by that
 lease (group commit):
 
 * the drain's records and the state-store patch accumulated with them;
@@ -19,7 +19,7 @@ history — and a finished run keeps only its final snapshot.
 The final snapshot of a failed run also says why it failed (its ``failure`` key, which
 loaders ignore): the records that showed it are compacted away with the rest.
 
-While a run with a time budget waits and journals nothing, :meth:`DurableWriter.heartbeat`
+While a run with a time budget waits and journals nothing, ``DurableWriter.heartbeat``
 records its alive time about once a second, so that a crash forgets at most that much
 of it (api.md §24.2).
 """
@@ -163,7 +163,7 @@ class DurableWriter:
     # -- acknowledgements and inbox items ---------------------------------------------
 
     def ack_when_durable(self, tick: Tick) -> Ack:
-        """An :class:`Ack` settled when ``tick`` is committed (``tick`` is not posted)."""
+        """An ``Ack`` settled when ``tick`` is committed (``tick`` is not posted)."""
         ack = Ack()
         self._acks[id(tick)] = (tick, ack)
         return ack

@@ -1,10 +1,10 @@
 """What owning a journaled run takes: a lease kept alive, and an inbox emptied.
 
-A journaled run is owned by one process at a time (scale-out.md §3).  :class:`Ownership`
-holds the run's :class:`~tickwork.stores.records.Lease` (taken when the run is
+A journaled run is owned by one process at a time (scale-out.md §3).  ``Ownership``
+holds the run's ``Lease`` (taken when the run is
 registered, or handed over by a claim), keeps it renewed through the process's
-:class:`~tickwork.stores.leases.LeaseKeeper`, and reports its loss to the session on the
-session's own event loop.  :meth:`Ownership.pump_inbox` turns the items other processes
+``LeaseKeeper``, and reports its loss to the session on the
+session's own event loop.  ``Ownership.pump_inbox`` turns the items other processes
 leave in the run's inbox (sends, cancels) into ticks, which the durable writer marks
 consumed in the transaction that journals them: each one enters the journal once.
 """

@@ -1,6 +1,6 @@
 """One run hosted in this process: the loop's adapter and the handler's backend.
 
-A :class:`RunSession` is created by ``Workflow.run()``.  It owns the run's published
+A ``RunSession`` is created by ``Workflow.run()``.  It owns the run's published
 event stream, its outcome, the latest reduced state (so snapshots and
 ``running_steps()`` are O(state), never a replay), and the task that drives
 ``control_loop``.  The task is spawned on the caller's event loop (asyncio task or trio
@@ -95,7 +95,7 @@ class DoneFlag:
         self._event: anyio.Event | None = None
 
     def is_set(self) -> bool:
-        """Whether :meth:`set` was called."""
+        """Whether ``set`` was called."""
         return self._set
 
     def set(self) -> None:
@@ -348,7 +348,9 @@ class RunSession:
 
     async def _drive(self) -> None:
         if self.exit is not None:
-            return  # stopped (lost lease, parked) before this task began: run nothing
+            # Stopped (a worker parked the run, or handed it back) or its lease lost before
+            # the task began: the run must not move here, not even journal a record.
+            return
         self.run_span = start_run_span(
             self.run_id, self.config.workflow_name, self.start_event, self.start_event is None
         )
@@ -380,8 +382,8 @@ class RunSession:
     def stop_here(self) -> None:
         """Stop this session without ending the run (a worker parks it or hands it back).
 
-        Nothing is published and no outcome is recorded; await :attr:`host_done` before
-        reading the final :attr:`state`.
+        Nothing is published and no outcome is recorded; await ``host_done`` before
+        reading the final ``state``.
         """
         if self.exit is not None or self.done.is_set():
             return
@@ -431,7 +433,7 @@ class RunSession:
         report: Callable[[Invocation, StepOutcome], None],
         started: Callable[[str], None],
     ) -> Coroutine[Any, Any, None]:
-        """The coroutine executing one invocation (see :mod:`tickwork.runtime.step_worker`),
+        """The coroutine executing one invocation (see ``tickwork.runtime.step_worker``),
         returned as is: a worker task is one coroutine over the step body."""
         return execute_invocation(self, invocation, post, report, started)
 

@@ -1,6 +1,6 @@
 """What one step invocation can do to its run: the backend of the step-face ``Context``.
 
-A :class:`StepScope` numbers the invocation's sends (their emission keys make them
+A ``StepScope`` numbers the invocation's sends (their emission keys make them
 exactly-once across resumes), records ``collect_events`` decisions and waiter
 deletions for the step result, and answers ``wait_for_event`` from the waiters the
 invocation was dispatched with.  Calls from a sync step's worker thread are handed to
@@ -112,7 +112,7 @@ def current_step_context() -> Any:
 
 
 class ScopeHost(Protocol):
-    """What a :class:`StepScope` needs from the run hosting it (the run session).
+    """What a ``StepScope`` needs from the run hosting it (the run session).
 
     Defined here, where it is used, so that the scope never imports the session.
     """
@@ -292,7 +292,7 @@ class StepScope:
         requirements: Mapping[str, Any] | None,
         timeout: float | None,
     ) -> Any:
-        """The resolved event, or raise: ``TimeoutError`` or :class:`Suspend`."""
+        """The resolved event, or raise: ``TimeoutError`` or ``Suspend``."""
         item = self.invocation.item
         wid = waiter_id or implicit_waiter_id(event_type, requirements, item.work_item_id)
         waiter = self.invocation.waiters_view.get(wid)

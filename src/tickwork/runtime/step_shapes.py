@@ -1,8 +1,8 @@
 """A read-only view of step configurations, shared by the graph builder, checks and streams.
 
 The representation layer reads ``func._step_config`` (api.md §5.4) structurally through
-:class:`StepConfigView`, so it depends on the field names only, never on
-``tickwork.decorators``.  :class:`StepShape` condenses one configuration into what the
+``StepConfigView``, so it depends on the field names only, never on
+``tickwork.decorators``.  ``StepShape`` condenses one configuration into what the
 static analyses need (what the step accepts, what it emits and at which level, who
 handles its failures), computed once per step instead of re-deriving it in every check.
 """
@@ -142,7 +142,7 @@ class StepShape:
 
 
 def shape_steps(steps: Mapping[str, Callable[..., Any]]) -> dict[str, StepShape]:
-    """Build the :class:`StepShape` of every step, in mapping order."""
+    """Build the ``StepShape`` of every step, in mapping order."""
     configs = {name: config_of(func) for name, func in steps.items()}
     owners = catch_error_owners(configs)
     return {name: _shape(name, cfg, owners.get(name)) for name, cfg in configs.items()}

@@ -1,7 +1,7 @@
 """Executing one invocation: bind arguments, call the body, turn the outcome into data.
 
-Whatever the body does, :func:`execute_invocation` returns one
-:class:`~tickwork.runtime.types.results.StepOutcome`: a return value (checked against
+Whatever the body does, ``execute_invocation`` returns one
+``StepOutcome``: a return value (checked against
 the step's contract), a waiter suspension, or a failure carrying the retry decision,
 taken here and now so that replay never asks the policy again.  Only cancellation
 propagates.
@@ -133,7 +133,7 @@ class StepInvoker:
 
 
 class StepInvokers(dict[str, StepInvoker]):
-    """Step name -> :class:`StepInvoker`, each built when first asked for: one table per
+    """Step name -> ``StepInvoker``, each built when first asked for: one table per
     workflow instance and step registry, shared by all its runs (a dict lookup per
     invocation once built)."""
 

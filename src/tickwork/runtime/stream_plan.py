@@ -14,7 +14,7 @@ API
 ``StreamPlan``
     ``levels[producer]``: the producer's **stream level**, the event types that can occur
     inside its stream (below).  ``bindings_by_producer[producer]``: the
-    :class:`StreamBinding` of each ``list[E]`` step bound to that producer, in step order
+    ``StreamBinding`` of each ``list[E]`` step bound to that producer, in step order
     (an empty tuple when none is).  Every fan-out step has an entry in both.
     ``top_level``: the event types that can occur outside any stream.
     ``bindings_for_target(step)``: the bindings that feed one ``list[E]`` step.

@@ -4,12 +4,12 @@ It sits just above the plain data types (``events``, ``errors``, ``runtime.types
 below everything that stores or restores a run: the journal stores, the runtime and the
 ``Context``.  Modules:
 
-* :mod:`~tickwork.serde.serializers`: ``JsonSerializer`` and ``PickleSerializer`` (the
+* ``serializers``: ``JsonSerializer`` and ``PickleSerializer`` (the
   public path is ``tickwork.context.serializers``);
-* :mod:`~tickwork.serde.snapshot` and :mod:`~tickwork.serde.snapshot_decode`: the
+* ``snapshot`` and ``snapshot_decode``: the
   snapshot format (api.md §10.3), written and read;
-* :mod:`~tickwork.serde.journal_codec`: ticks as journal records, and back;
-* :mod:`~tickwork.serde.requirements`: ``wait_for_event`` requirements in both.
+* ``journal_codec``: ticks as journal records, and back;
+* ``requirements``: ``wait_for_event`` requirements in both.
 
 The field codecs that ``tickwork.events`` is built on live below it, in
 ``tickwork._serde_fields``.

@@ -1,7 +1,7 @@
 """Encoding ticks as JSON-compatible journal records, and back.
 
 A record is ``{"type": <tick kind>, "stamped_at": <epoch seconds>, ...}``.  Events are
-stored in the serializer's record form (:meth:`BaseSerializer.to_record`: a model
+stored in the serializer's record form (``BaseSerializer.to_record``: a model
 envelope dict for ``JsonSerializer``, text for other serializers), exceptions as
 ``{"exception_type", "exception_message"}`` dicts (api.md §4.9), event classes as
 qualified names.  Waiter requirements are stored as serializer text, and must survive it
@@ -40,7 +40,7 @@ from tickwork.runtime.types.ticks import (
 from tickwork.serde.requirements import decode_requirements, encode_requirements
 from tickwork.serde.serializers import BaseSerializer, JsonSerializer
 
-__all__ = ["JOURNAL_FORMAT_VERSION", "decode_tick", "encode_tick"]
+__all__ = ["JOURNAL_FORMAT_VERSION", "decode_tick", "encode_tick", "opens_session"]
 
 JOURNAL_FORMAT_VERSION = 1
 
@@ -192,6 +192,12 @@ def encode_tick(tick: Tick, serializer: BaseSerializer | None = None) -> dict[st
         data["step"] = tick.step
         data["waiter_id"] = tick.waiter_id
     return data
+
+
+def opens_session(data: Any) -> bool:
+    """Whether the journal record ``data`` is the record a session of a run opens with
+    (a ``SessionStart``: every start, resume or claim of a run writes one)."""
+    return isinstance(data, dict) and data.get("type") == _KINDS[SessionStart]
 
 
 def decode_tick(data: dict[str, Any], serializer: BaseSerializer | None = None) -> Tick:

@@ -61,8 +61,8 @@ def register_framework_types(*classes: type) -> None:
 def _framework_types_by_qualified_name() -> dict[str, type]:
     """Name -> class for the types every allow-list admits (built once, then cached).
 
-    These are every class exported by :mod:`tickwork.events` and :mod:`tickwork.errors`,
-    and whatever :func:`register_framework_types` added (the state store registers its
+    These are every class exported by ``tickwork.events`` and ``tickwork.errors``,
+    and whatever ``register_framework_types`` added (the state store registers its
     ``DictState`` when it is imported: it lives above this layer).
     """
     global _framework_types_by_name
@@ -173,19 +173,19 @@ class BaseSerializer(ABC):
 
     @abstractmethod
     def deserialize(self, value: str) -> Any:
-        """Decode a string written by :meth:`serialize`. Raises ``ValueError`` if it cannot."""
+        """Decode a string written by ``serialize``. Raises ``ValueError`` if it cannot."""
 
     def to_record(self, value: Any) -> Any:
         """``value`` as JSON-compatible data to embed in a journal record.
 
-        The default is :meth:`serialize`'s string; serializers that can produce data
+        The default is ``serialize``'s string; serializers that can produce data
         the record's own JSON encoding carries (saving a nested parse on every read)
         return that instead.
         """
         return self.serialize(value)
 
     def from_record(self, data: Any) -> Any:
-        """Decode what :meth:`to_record` produced (strings always go to :meth:`deserialize`)."""
+        """Decode what ``to_record`` produced (strings always go to ``deserialize``)."""
         return self.deserialize(data)
 
     def resolve_class(self, name: str) -> type:
@@ -280,7 +280,7 @@ class JsonSerializer(BaseSerializer):
         return cls
 
     def validation_context(self) -> AbstractContextManager[None]:
-        """Resolve nested envelope classes through :meth:`resolve_class` in the block."""
+        """Resolve nested envelope classes through ``resolve_class`` in the block."""
         return using_resolver(self.resolve_class)
 
     def serialize(self, value: Any) -> str:
@@ -302,7 +302,7 @@ class JsonSerializer(BaseSerializer):
             ) from err
 
     def deserialize(self, value: str) -> Any:
-        """Parse JSON text and rebuild every envelope inside :meth:`validation_context`.
+        """Parse JSON text and rebuild every envelope inside ``validation_context``.
 
         Raises ``ValueError`` for text that is not JSON and for envelopes whose class is
         unknown, not allowed, or rejects the stored value.
@@ -318,7 +318,7 @@ class JsonSerializer(BaseSerializer):
         return self.serialize(value)
 
     def from_record(self, data: Any) -> Any:
-        """Decode an envelope written by :meth:`to_record`, or text from :meth:`serialize`."""
+        """Decode an envelope written by ``to_record``, or text from ``serialize``."""
         if not (type(data) is dict and data.get(_PYDANTIC_MARKER) is True):
             if isinstance(data, str):
                 return self.deserialize(data)
@@ -390,7 +390,7 @@ class PickleSerializer(JsonSerializer):
     """JSON first, base64-encoded pickle for whatever JSON cannot express.
 
     **Unsafe for untrusted data**: unpickling can run arbitrary code, and the allow-list
-    of :class:`JsonSerializer` does not apply to pickled values.
+    of ``JsonSerializer`` does not apply to pickled values.
     """
 
     # Journal records carry this serializer's text: a pickled value is not JSON data.

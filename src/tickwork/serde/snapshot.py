@@ -1,10 +1,10 @@
 """The snapshot format (version 3, api.md §10.3): a run state as a JSON-compatible dict.
 
-:func:`encode_snapshot` walks the *current* run state — never the history — so its cost
-is O(size of the state), and with a :class:`SnapshotCache` it re-encodes only what
+``encode_snapshot`` walks the *current* run state — never the history — so its cost
+is O(size of the state), and with a ``SnapshotCache`` it re-encodes only what
 changed since the previous snapshot.  Events are serializer strings, exceptions
 ``{"exception_type", "exception_message"}`` dicts, times epoch seconds.  Reading a
-snapshot back (:func:`decode_snapshot`) lives in :mod:`tickwork.serde.snapshot_decode`
+snapshot back (``decode_snapshot``) lives in ``tickwork.serde.snapshot_decode``
 and is re-exported here.
 """
 
@@ -69,7 +69,7 @@ _RELEASE_PREFIX = '{"__is_pydantic": true, "value": {"events": []'
 
 
 class _Encoder:
-    """One pass over a run state, reading and updating a :class:`SnapshotCache`."""
+    """One pass over a run state, reading and updating a ``SnapshotCache``."""
 
     def __init__(self, serializer: BaseSerializer, cache: SnapshotCache) -> None:
         self.ser = serializer
@@ -479,7 +479,7 @@ class _Pruner(_Encoder):
         self.old_tables = {}
 
     def _memo(self, value: Any, encode: Callable[[Any], Any]) -> Any:
-        """Like :meth:`_Encoder._memo`, keeping the entry for the next snapshot."""
+        """Like ``_Encoder._memo``, keeping the entry for the next snapshot."""
         self.touched += 1
         key = id(value)
         hit = self.old_values.get(key)
@@ -550,7 +550,7 @@ def encode_snapshot(
 ) -> dict[str, Any]:
     """The snapshot of ``state`` (format version 3; O(size of the current state)).
 
-    With a :class:`SnapshotCache`, whatever an earlier snapshot of the same run encoded
+    With a ``SnapshotCache``, whatever an earlier snapshot of the same run encoded
     and is still unchanged is reused (see the cache for what is shared).
     """
     if cache is None:

@@ -1,8 +1,8 @@
-"""What a snapshot of a run keeps for the next one: the :class:`SnapshotCache`.
+"""What a snapshot of a run keeps for the next one: the ``SnapshotCache``.
 
 Snapshots of one run share every encoding that is still valid: values by identity, the
 encodings of persistent sequences by the cons cells they were made from, and whole worker
-entries and tables while their source is unchanged.  :mod:`tickwork.serde.snapshot`
+entries and tables while their source is unchanged.  ``tickwork.serde.snapshot``
 reads and updates the cache; this module holds its records and the sequence helpers.
 """
 
@@ -67,7 +67,7 @@ class SnapshotCache:
     work by object identity at every level: events, work items and invocations
     (``values``), the template of each step's worker entry (``workers``), the stream and
     release tables and their records (``tables``), and persistent-container cells
-    (queues and buffers, see :meth:`_Encoder.sequence`).  A new snapshot therefore
+    (queues and buffers, see ``_Encoder.sequence``).  A new snapshot therefore
     encodes only what changed and builds its own dicts; everything else is reused.
     Without it, snapshotting at every NOT_RUNNING of an n-item fan-out re-serializes the
     whole queue n times.

@@ -1,8 +1,8 @@
 """Reading snapshots (format versions 2 and 3, api.md §10.3) back into a run state.
 
-:func:`decode_snapshot` validates a snapshot and rebuilds the run state; every problem is
+``decode_snapshot`` validates a snapshot and rebuilds the run state; every problem is
 a ``ContextSerdeError`` that names the key, step or class.  Writing them is
-:mod:`tickwork.serde.snapshot`'s job.
+``tickwork.serde.snapshot``'s job.
 """
 
 from __future__ import annotations
@@ -250,8 +250,26 @@ def _has_pending_work(data: Mapping[str, Any]) -> bool:
     ) or any(bool(v) for v in (data.get("collected_events") or {}).values())
 
 
+# Keys every snapshot tickwork wrote has (pre-run and finished ones included): a dict
+# without them is something else, and loading it as a fresh run would hide the mistake.
+_IDENTIFYING_KEYS = ("version", "is_running", "workers")
+
+
+def _check_identity(data: Mapping[str, Any]) -> None:
+    missing = [key for key in _IDENTIFYING_KEYS if key not in data]
+    if not missing:
+        return
+    found = "an empty dict" if not data else f"a dict with keys {sorted(map(str, data))}"
+    raise ContextSerdeError(
+        f"cannot load snapshot: not a tickwork snapshot (got {found}); a snapshot always "
+        f"has {', '.join(map(repr, _IDENTIFYING_KEYS))}, but "
+        f"{', '.join(map(repr, missing))} {'is' if len(missing) == 1 else 'are'} missing. "
+        "Pass what Context.to_dict() returned"
+    )
+
+
 def _check_version(data: Mapping[str, Any]) -> None:
-    version = data.get("version", OLDEST_READABLE_VERSION)
+    version = data["version"]
     if isinstance(version, bool) or not isinstance(version, int):
         raise ContextSerdeError(
             f"cannot load snapshot: 'version' must be an integer, got {version!r}"
@@ -305,10 +323,14 @@ def decode_snapshot(data: Any, config: RunConfig, serializer: BaseSerializer) ->
     """
     if not isinstance(data, Mapping):
         raise ContextSerdeError(f"cannot load snapshot: expected a dict, got {type(data).__name__}")
-    _check_version(data)
-    running = data.get("is_running", False)
+    if "version" in data:
+        _check_version(data)  # first: a newer format may have other keys
+    _check_identity(data)
+    running = data["is_running"]
     if not isinstance(running, bool):
-        raise ContextSerdeError("cannot load snapshot: 'is_running' must be a boolean")
+        raise ContextSerdeError(
+            f"cannot load snapshot: 'is_running' must be a boolean, got {running!r}"
+        )
     if running:
         missing = [key for key in _REQUIRED_WHEN_RUNNING if key not in data]
         if missing:
@@ -319,9 +341,11 @@ def decode_snapshot(data: Any, config: RunConfig, serializer: BaseSerializer) ->
             )
     decoder = _Decoder(serializer, config)
     steps: dict[str, StepRunState] = {name: StepRunState() for name in config.steps}
-    workers = data.get("workers") or {}
+    workers = data["workers"]
     if not isinstance(workers, Mapping):
-        raise ContextSerdeError("cannot load snapshot: 'workers' must be a dict")
+        raise ContextSerdeError(
+            f"cannot load snapshot: 'workers' must be a dict, got {type(workers).__name__}"
+        )
     elapsed = _float(data, "elapsed_alive", 0.0)
     try:
         for name, worker in workers.items():

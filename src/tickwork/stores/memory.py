@@ -33,7 +33,7 @@ from tickwork.stores.records import (
     WorkerEntry,
 )
 from tickwork.stores.remote import RemoteHandler, attach
-from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS
+from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS, is_progress
 from tickwork.types import JournalRecord
 
 __all__ = ["InMemoryJournal"]
@@ -155,10 +155,11 @@ class InMemoryJournal:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         lease: Lease | None = None,
     ) -> Lease | None:
-        run = self._runs.get(run_id)
+        found = self._runs.get(run_id)
         now = time.time()
-        if run is None:
-            run = self._runs[run_id] = _Run(workflow_name)
+        seq = int(snapshot.get("journal_seq", 0))
+        # A new run is stored only once the checks passed: a refused one leaves nothing.
+        run = found if found is not None else _Run(workflow_name)
         self._fence(run_id, run, lease, "registering a session")
         if lease is None and owner is not None:
             live = run.owner is not None and run.lease_until is not None and run.lease_until >= now
@@ -179,7 +180,9 @@ class InMemoryJournal:
             run.start_event = copy.deepcopy(start_event)
         if options is not None:
             run.options = dict(options)
-        seq = int(snapshot.get("journal_seq", 0))
+        if found is None:
+            run.last_seq = seq - 1  # its journal goes on from the snapshot
+            self._runs[run_id] = run
         self._compact(run, seq, snapshot)
         return lease
 
@@ -202,7 +205,9 @@ class InMemoryJournal:
         run.options = dict(options or {})
         run.queue = queue
         run.priority = priority
-        self._compact(run, int(snapshot.get("journal_seq", 0)), snapshot)
+        seq = int(snapshot.get("journal_seq", 0))
+        run.last_seq = seq - 1
+        self._compact(run, seq, snapshot)
         self._notify()
         return True
 
@@ -244,7 +249,7 @@ class InMemoryJournal:
             ]
         for item in stream:
             run.stream[item.seq] = StreamItem(item.seq, copy.deepcopy(item.event))
-        if records:
+        if is_progress(records):
             run.claims_without_progress = 0
         if final_status is not None:
             # The lease ends; the owner and epoch stay, so that the owner's last writes

@@ -58,7 +58,7 @@ from tickwork.stores.records import (
     StreamItem,
 )
 from tickwork.stores.remote import RemoteHandler, attach
-from tickwork.stores.store import DEFAULT_LEASE_SECONDS
+from tickwork.stores.store import DEFAULT_LEASE_SECONDS, is_progress
 from tickwork.types import JournalRecord
 
 __all__ = ["PostgresJournal"]
@@ -257,6 +257,7 @@ class PostgresJournal(PostgresFleetStore):
             self.schema,
             fenced=lease is not None,
             records=bool(records),
+            progress=is_progress(records),
             patch=state_patch is not None,
             consumed=bool(consumed),
             stream=bool(stream),

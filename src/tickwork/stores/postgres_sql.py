@@ -211,6 +211,7 @@ def append_statement(
     *,
     fenced: bool,
     records: bool,
+    progress: bool,
     patch: bool,
     consumed: bool,
     stream: bool,
@@ -219,13 +220,15 @@ def append_statement(
     """One append as one statement: the runs row is updated first (fenced by owner,
     epoch and ``last_seq`` when ``fenced``), and everything else is written only through
     the row it returns, so a refused fence writes nothing.  The statement returns the
-    number of runs rows updated (0 or 1)."""
+    number of runs rows updated (0 or 1).  Records that are ``progress`` reset the run's
+    poison counter."""
     s = quote_ident(schema)
     sets = ["updated_at = now()"]
     where = ["run_id = %(run_id)s"]
     if records:
         sets.append("last_seq = %(last)s" if fenced else "last_seq = GREATEST(last_seq, %(last)s)")
-        sets.append("claims_without_progress = 0")
+        if progress:
+            sets.append("claims_without_progress = 0")
     if final:
         sets += [
             "status = %(final)s",

@@ -6,6 +6,15 @@ durable (``synchronous=FULL``: the WAL is fsync'd on every commit) and one ``app
 is one transaction, so a batch of ticks is either fully there after a crash or not at
 all.
 
+Several processes may share one file (the fleet contract of :mod:`.store` on one
+machine): every read-modify-write is a ``BEGIN IMMEDIATE`` transaction and a busy
+connection waits up to :data:`BUSY_TIMEOUT_S` for the write lock instead of failing.
+Writes carrying a lease are fenced in the statement that changes the run
+(``WHERE owner = ? AND epoch = ? AND last_seq = ?``).  The schema is versioned and
+migrated on open (:mod:`.sqlite_schema`); the fleet statements are in
+:mod:`.sqlite_fleet`.  ``wait_for_change`` sleeps up to its timeout and wakes early only
+for changes made through this store object (other processes are seen by polling).
+
 Nothing ``sqlite3`` raises leaves the store as such: a path that cannot hold a journal,
 a file that cannot be opened, a damaged page or a stored value that does not decode is a
 ``JournalError`` naming the file, the run and the seq where known (``sqlite_checks``).
@@ -20,11 +29,28 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.to_thread
 
+from tickwork.stores import sqlite_fleet as fleet
+from tickwork.stores import sqlite_writes as writes
+from tickwork.stores.records import (
+    UNFINISHED,
+    Claim,
+    InboxItem,
+    InboxKind,
+    JournalError,
+    Lease,
+    RunEntry,
+    RunOutcome,
+    RunStatus,
+    StatePatch,
+    StreamItem,
+    WorkerEntry,
+)
+from tickwork.stores.remote import RemoteHandler, attach
 from tickwork.stores.sqlite_checks import (
     check_journal_path,
     decode_stored_json,
@@ -32,77 +58,24 @@ from tickwork.stores.sqlite_checks import (
     json_kind,
     sqlite_failure,
 )
-from tickwork.stores.store import JournalError, RunEntry, RunStatus, StatePatch
+from tickwork.stores.sqlite_schema import (
+    ENTRY_COLUMNS,
+    decode_entry,
+    outcome_columns,
+    placeholders,
+    prepare,
+)
+from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS
 from tickwork.types import JournalRecord
 
-__all__ = ["SqliteJournal"]
+__all__ = ["BUSY_TIMEOUT_S", "SqliteJournal"]
 
 T = TypeVar("T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    workflow_name TEXT NOT NULL,
-    status TEXT NOT NULL,
-    last_seq INTEGER NOT NULL DEFAULT -1,
-    updated_at REAL NOT NULL DEFAULT (julianday('now')),
-    created_at REAL,
-    start_event TEXT,
-    options TEXT,
-    elapsed_alive REAL NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS records (
-    run_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS snapshots (
-    run_id TEXT PRIMARY KEY,
-    seq INTEGER NOT NULL,
-    data TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS state_patches (
-    run_id TEXT NOT NULL,
-    after_seq INTEGER NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (run_id, after_seq)
-) WITHOUT ROWID;
-"""
+BUSY_TIMEOUT_S = 5.0
+"""How long a call waits for another connection's write lock before it fails."""
 
 _READ_BATCH = 512
-
-# Columns added to ``runs`` after the first release, with their definitions: a file
-# written by an older version gets them when it is opened.
-_ADDED_RUN_COLUMNS = (
-    ("created_at", "REAL"),
-    ("start_event", "TEXT"),
-    ("options", "TEXT"),
-    ("elapsed_alive", "REAL NOT NULL DEFAULT 0"),
-)
-# ``updated_at`` used to hold a Julian day; epoch seconds are far larger.
-_JULIAN_EPOCH = 2440587.5
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Bring a journal written by an older version to the current schema."""
-    present = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
-    missing = [(name, decl) for name, decl in _ADDED_RUN_COLUMNS if name not in present]
-    if not missing:
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for name, decl in missing:
-            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {decl}")
-        conn.execute(
-            "UPDATE runs SET updated_at = (updated_at - ?) * 86400 WHERE updated_at < 1e7",
-            (_JULIAN_EPOCH,),
-        )
-        conn.execute("UPDATE runs SET created_at = updated_at WHERE created_at IS NULL")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 # The read paths fetch ``data`` as bytes and decode it themselves, so that text which is
@@ -110,13 +83,15 @@ def _migrate(conn: sqlite3.Connection) -> None:
 
 
 def _fetch_records(
-    conn: sqlite3.Connection, *, run_id: str, start: int, limit: int
+    conn: sqlite3.Connection, *, path: str, run_id: str, start: int, limit: int, first: bool
 ) -> list[tuple[int, bytes]]:
     rows: list[tuple[int, bytes]] = conn.execute(
         "SELECT seq, CAST(data AS BLOB) FROM records WHERE run_id = ? AND seq >= ? "
         "ORDER BY seq LIMIT ?",
         (run_id, start, limit),
     ).fetchall()
+    if first and not rows:
+        fleet.require_run(conn, path, run_id)
     return rows
 
 
@@ -125,8 +100,9 @@ class SqliteJournal:
 
     The constructor checks the path cheaply (its directory exists and is writable; the
     path, when it exists, is a readable and writable regular file) and raises
-    ``JournalError`` naming it; the file itself is opened (and created) by
-    :meth:`check` or the first call.
+    ``JournalError`` naming it; the file itself is opened (and created, or migrated from
+    an older tickwork) by :meth:`check` or the first call.  Several processes may use
+    one file at once.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -135,30 +111,43 @@ class SqliteJournal:
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._limiter: anyio.CapacityLimiter | None = None
+        # Lease renewals have their own connection: the renewal thread never queues
+        # behind the event loop's calls.
+        self._renew_conn: sqlite3.Connection | None = None
+        self._renew_lock = threading.Lock()
+        self._changed: anyio.Event | None = None
 
     def __repr__(self) -> str:
         return f"SqliteJournal({self.path!r})"
 
     # -- plumbing -------------------------------------------------------------------
 
-    def _connect(self) -> sqlite3.Connection:
-        """The connection, opened (with the schema created) on first use; hold the lock."""
-        if self._conn is None:
-            # Again: the directory may have gone since the constructor looked.
-            check_journal_path(self.path)
-            try:
-                conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            except sqlite3.Error as error:
-                raise sqlite_failure(error, self.path, "opening the file") from error
-            try:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=FULL")
-                conn.executescript(_SCHEMA)
-                _migrate(conn)
-            except sqlite3.Error as error:
-                conn.close()
+    def _open(self) -> sqlite3.Connection:
+        """A new connection to the file, its schema created or migrated."""
+        # Again: the directory may have gone since the constructor looked.
+        check_journal_path(self.path)
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=BUSY_TIMEOUT_S,
+                check_same_thread=False,
+                isolation_level=None,
+            )
+        except sqlite3.Error as error:
+            raise sqlite_failure(error, self.path, "opening the file") from error
+        try:
+            prepare(conn, self.path)
+        except BaseException as error:
+            conn.close()
+            if isinstance(error, sqlite3.Error):
                 raise sqlite_failure(error, self.path, "opening the journal") from error
-            self._conn = conn
+            raise
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        """The connection, opened on first use; hold the lock."""
+        if self._conn is None:
+            self._conn = self._open()
         return self._conn
 
     def check(self) -> None:
@@ -184,43 +173,39 @@ class SqliteJournal:
         ``JournalError`` naming the path, ``run_id`` (if given) and ``action``."""
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(1)
+        call = functools.partial(self._call_blocking, fn, run_id=run_id, action=action)
+        return await anyio.to_thread.run_sync(call, limiter=self._limiter)
 
-        def run() -> T:
-            with self._lock:
-                conn = self._connect()
-                try:
-                    return fn(conn)
-                except sqlite3.Error as error:
-                    raise sqlite_failure(error, self.path, action, run_id) from error
-
-        return await anyio.to_thread.run_sync(run, limiter=self._limiter)
+    def _call_blocking(
+        self, fn: Callable[[sqlite3.Connection], T], *, run_id: str | None, action: str
+    ) -> T:
+        """Like :meth:`_call`, on the calling thread (the synchronous ``register_run``)."""
+        with self._lock:
+            conn = self._connect()
+            try:
+                return fn(conn)
+            except sqlite3.Error as error:
+                raise sqlite_failure(error, self.path, action, run_id) from error
 
     def close(self) -> None:
-        """Close the connection (a new call reopens it)."""
-        with self._lock:
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                try:
-                    conn.close()
-                except sqlite3.Error as error:
-                    raise sqlite_failure(error, self.path, "closing the file") from error
+        """Close the connections (a new call reopens them)."""
+        for lock, name in ((self._lock, "_conn"), (self._renew_lock, "_renew_conn")):
+            with lock:
+                conn: sqlite3.Connection | None = getattr(self, name)
+                setattr(self, name, None)
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except sqlite3.Error as error:
+                        raise sqlite_failure(error, self.path, "closing the file") from error
 
-    @staticmethod
-    def _require_run(conn: sqlite3.Connection, run_id: str) -> None:
-        if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
-            raise JournalError(f"the journal has no run {run_id!r} (register_run was never called)")
+    def _notify(self) -> None:
+        """Wake this process's ``wait_for_change`` callers (other processes poll)."""
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
-    @staticmethod
-    def _transaction(conn: sqlite3.Connection, body: Callable[[], None]) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            body()
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-
-    # -- writes ------------------------------------------------------------------------
+    # -- registering and submitting runs ------------------------------------------
 
     def register_run(
         self,
@@ -231,56 +216,54 @@ class SqliteJournal:
         start_event: Any = None,
         options: Mapping[str, Any] | None = None,
         owner: str | None = None,
-        lease_seconds: float = 30.0,
-        lease: Any = None,
-    ) -> Any:
-        seq = int(snapshot.get("journal_seq", 0))
-        text = json.dumps(snapshot)
-        event_text = None if start_event is None else json.dumps(start_event)
-        options_text = None if options is None else json.dumps(dict(options))
-        now = time.time()
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        lease: Lease | None = None,
+    ) -> Lease | None:
+        write = functools.partial(
+            writes.register,
+            path=self.path,
+            run_id=run_id,
+            workflow_name=workflow_name,
+            seq=int(snapshot.get("journal_seq", 0)),
+            snapshot_text=json.dumps(snapshot),
+            event_text=None if start_event is None else json.dumps(start_event),
+            options_text=None if options is None else json.dumps(dict(options)),
+            owner=owner,
+            lease_seconds=lease_seconds,
+            lease=lease,
+            now=time.time(),
+        )
+        return self._call_blocking(write, run_id=run_id, action="registering the run")
 
-        def write(conn: sqlite3.Connection) -> None:
-            def body() -> None:
-                conn.execute(
-                    "INSERT INTO runs (run_id, workflow_name, status, last_seq, created_at, "
-                    "updated_at, start_event, options) VALUES (?, ?, 'running', ?, ?, ?, ?, ?) "
-                    "ON CONFLICT(run_id) DO UPDATE SET status='running', "
-                    "workflow_name=excluded.workflow_name, updated_at=excluded.updated_at, "
-                    "start_event=COALESCE(excluded.start_event, runs.start_event), "
-                    "options=COALESCE(excluded.options, runs.options)",
-                    (run_id, workflow_name, seq - 1, now, now, event_text, options_text),
-                )
-                self._replace_snapshot(conn, run_id, seq, text)
+    async def submit_run(
+        self,
+        run_id: str,
+        workflow_name: str,
+        snapshot: dict[str, Any],
+        *,
+        start_event: Any,
+        options: Mapping[str, Any] | None = None,
+        queue: str = "default",
+        priority: int = 0,
+    ) -> bool:
+        write = functools.partial(
+            writes.submit,
+            run_id=run_id,
+            workflow_name=workflow_name,
+            seq=int(snapshot.get("journal_seq", 0)),
+            snapshot_text=json.dumps(snapshot),
+            event_text=json.dumps(start_event),
+            options_text=json.dumps(dict(options or {})),
+            queue=queue,
+            priority=priority,
+            now=time.time(),
+        )
+        created = await self._call(write, run_id=run_id, action="submitting the run")
+        if created:
+            self._notify()
+        return created
 
-            self._transaction(conn, body)
-
-        self._call_blocking(write, run_id=run_id, action="registering the run")
-
-    def _call_blocking(
-        self, fn: Callable[[sqlite3.Connection], T], *, run_id: str, action: str
-    ) -> T:
-        """Like :meth:`_call`, on the calling thread (the synchronous ``register_run``)."""
-        with self._lock:
-            conn = self._connect()
-            try:
-                return fn(conn)
-            except sqlite3.Error as error:
-                raise sqlite_failure(error, self.path, action, run_id) from error
-
-    async def record_alive_time(
-        self, run_id: str, elapsed_alive: float, *, lease: Any = None
-    ) -> None:
-        now = time.time()
-
-        def write(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "UPDATE runs SET elapsed_alive = MAX(elapsed_alive, ?), updated_at = ? "
-                "WHERE run_id = ?",
-                (elapsed_alive, now, run_id),
-            )
-
-        await self._call(write, run_id=run_id, action="recording the alive time")
+    # -- the journal -----------------------------------------------------------------
 
     async def append(
         self,
@@ -289,74 +272,85 @@ class SqliteJournal:
         state_patch: StatePatch | None = None,
         final_status: RunStatus | None = None,
         *,
-        lease: Any = None,
+        lease: Lease | None = None,
         consumed: Sequence[int] = (),
-        stream: Sequence[Any] = (),
-        outcome: Any = None,
+        stream: Sequence[StreamItem] = (),
+        outcome: RunOutcome | None = None,
     ) -> None:
-        rows = [(run_id, r.seq, json.dumps(r.data)) for r in records]
-        patch_row = (
-            (run_id, state_patch.after_seq, json.dumps(state_patch.patch))
-            if state_patch is not None
-            else None
+        rows = writes.AppendRows(
+            run_id,
+            [(run_id, r.seq, json.dumps(r.data)) for r in records],
+            None
+            if state_patch is None
+            else (run_id, state_patch.after_seq, json.dumps(state_patch.patch)),
+            [(run_id, item.seq, json.dumps(item.event)) for item in stream],
+            tuple(consumed),
+            final_status,
+            outcome,
+            lease,
         )
-        last = max((r.seq for r in records), default=None)
-        now = time.time()
-
-        def write(conn: sqlite3.Connection) -> None:
-            def body() -> None:
-                self._require_run(conn, run_id)
-                try:
-                    conn.executemany("INSERT INTO records VALUES (?, ?, ?)", rows)
-                except sqlite3.IntegrityError as error:
-                    raise JournalError(
-                        f"run {run_id!r}: a record in seq {rows[0][1]}..{last} was already written"
-                    ) from error
-                if patch_row is not None:
-                    conn.execute("INSERT OR REPLACE INTO state_patches VALUES (?, ?, ?)", patch_row)
-                if last is not None:
-                    conn.execute(
-                        "UPDATE runs SET last_seq = MAX(last_seq, ?), updated_at = ? "
-                        "WHERE run_id = ?",
-                        (last, now, run_id),
-                    )
-                if final_status is not None:
-                    conn.execute(
-                        "UPDATE runs SET status = ? WHERE run_id = ?", (final_status, run_id)
-                    )
-
-            self._transaction(conn, body)
-
+        write = functools.partial(writes.append, path=self.path, rows=rows, now=time.time())
         await self._call(write, run_id=run_id, action="appending records")
-
-    @staticmethod
-    def _replace_snapshot(conn: sqlite3.Connection, run_id: str, seq: int, text: str) -> None:
-        conn.execute("INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)", (run_id, seq, text))
-        conn.execute("DELETE FROM records WHERE run_id = ? AND seq < ?", (run_id, seq))
-        conn.execute("DELETE FROM state_patches WHERE run_id = ? AND after_seq < ?", (run_id, seq))
+        if final_status is not None or stream:
+            self._notify()
 
     async def write_snapshot(
-        self, run_id: str, seq: int, snapshot: dict[str, Any], *, lease: Any = None
+        self, run_id: str, seq: int, snapshot: dict[str, Any], *, lease: Lease | None = None
     ) -> None:
-        text = json.dumps(snapshot)
-
-        def write(conn: sqlite3.Connection) -> None:
-            def body() -> None:
-                self._require_run(conn, run_id)
-                self._replace_snapshot(conn, run_id, seq, text)
-
-            self._transaction(conn, body)
-
+        write = functools.partial(
+            writes.write_snapshot,
+            path=self.path,
+            run_id=run_id,
+            seq=seq,
+            snapshot_text=json.dumps(snapshot),
+            lease=lease,
+        )
         await self._call(write, run_id=run_id, action="writing a snapshot")
 
-    async def mark_finished(
-        self, run_id: str, status: RunStatus, *, lease: Any = None, outcome: Any = None
+    async def _fenced_update(
+        self, run_id: str, statement: str, args: tuple[Any, ...], lease: Lease | None, what: str
     ) -> None:
-        def write(conn: sqlite3.Connection) -> None:
-            self._require_run(conn, run_id)
-            conn.execute("UPDATE runs SET status = ? WHERE run_id = ?", (status, run_id))
+        write = functools.partial(
+            writes.fenced_update,
+            path=self.path,
+            run_id=run_id,
+            statement=statement,
+            args=args,
+            lease=lease,
+            what=what,
+        )
+        await self._call(write, run_id=run_id, action=what)
 
-        await self._call(write, run_id=run_id, action="recording the run's outcome")
+    async def mark_finished(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        lease: Lease | None = None,
+        outcome: RunOutcome | None = None,
+    ) -> None:
+        # The lease ends; the owner and epoch stay, so the owner's last writes (the final
+        # snapshot) are still fenced by its lease (as in the reference store).
+        sets = "status = ?, lease_until = NULL, updated_at = ?"
+        args: tuple[Any, ...] = (status, time.time())
+        if outcome is not None:  # without one, an outcome already stored is kept
+            sets += ", outcome_result = ?, outcome_error = ?"
+            args += outcome_columns(outcome)
+        statement = f"UPDATE runs SET {sets} WHERE run_id = ?"
+        await self._fenced_update(run_id, statement, args, lease, "recording the run's outcome")
+        self._notify()
+
+    async def record_alive_time(
+        self, run_id: str, elapsed_alive: float, *, lease: Lease | None = None
+    ) -> None:
+        await self._fenced_update(
+            run_id,
+            "UPDATE runs SET elapsed_alive = MAX(elapsed_alive, ?), updated_at = ? "
+            "WHERE run_id = ?",
+            (elapsed_alive, time.time()),
+            lease,
+            "recording the alive time",
+        )
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -367,7 +361,14 @@ class SqliteJournal:
         while True:
             try:
                 rows = await self._call(
-                    functools.partial(_fetch_records, run_id=run_id, start=expected, limit=limit),
+                    functools.partial(
+                        _fetch_records,
+                        path=self.path,
+                        run_id=run_id,
+                        start=expected,
+                        limit=limit,
+                        first=expected == from_seq,
+                    ),
                     run_id=run_id,
                     action=f"reading record seq {expected}"
                     if limit == 1
@@ -399,11 +400,14 @@ class SqliteJournal:
 
     async def read_state_patches(self, run_id: str, from_seq: int = 0) -> list[StatePatch]:
         def fetch(conn: sqlite3.Connection) -> list[tuple[int, bytes]]:
-            return conn.execute(
+            rows: list[tuple[int, bytes]] = conn.execute(
                 "SELECT after_seq, CAST(data AS BLOB) FROM state_patches "
                 "WHERE run_id = ? AND after_seq >= ? ORDER BY after_seq",
                 (run_id, from_seq),
             ).fetchall()
+            if not rows:
+                fleet.require_run(conn, self.path, run_id)
+            return rows
 
         rows = await self._call(
             fetch, run_id=run_id, action=f"reading the state patches from seq {from_seq} on"
@@ -425,6 +429,8 @@ class SqliteJournal:
             row: tuple[int, bytes] | None = conn.execute(
                 "SELECT seq, CAST(data AS BLOB) FROM snapshots WHERE run_id = ?", (run_id,)
             ).fetchone()
+            if row is None:
+                fleet.require_run(conn, self.path, run_id)
             return row
 
         row = await self._call(fetch, run_id=run_id, action="reading the snapshot")
@@ -443,42 +449,11 @@ class SqliteJournal:
     async def _entries(self, where: str, args: tuple[Any, ...]) -> list[RunEntry]:
         def fetch(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             return conn.execute(
-                "SELECT run_id, workflow_name, status, last_seq, created_at, updated_at, "
-                f"options, start_event, elapsed_alive FROM runs {where} "
-                "ORDER BY updated_at DESC, run_id",
+                f"SELECT {ENTRY_COLUMNS} FROM runs {where} ORDER BY updated_at DESC, run_id",
                 args,
             ).fetchall()
 
-        return [self._entry(row) for row in await self._call(fetch)]
-
-    def _entry(self, row: tuple[Any, ...]) -> RunEntry:
-        run_id, workflow_name, status, last_seq, created, updated, options, event, alive = row
-        try:
-            decoded_options = json.loads(options) if options else {}
-            decoded_event = json.loads(event) if event else None
-        except ValueError as error:
-            raise JournalError(
-                f"{self.path}: run {run_id!r}: its stored start event or options are "
-                f"corrupt ({error})"
-            ) from error
-        return RunEntry(
-            run_id,
-            workflow_name,
-            status,
-            last_seq,
-            created,
-            updated,
-            decoded_options,
-            decoded_event,
-            float(alive or 0.0),
-        )
-
-    async def list_unfinished(self, workflow_name: str | None = None) -> list[RunEntry]:
-        if workflow_name is None:
-            return await self._entries("WHERE status = 'running'", ())
-        return await self._entries(
-            "WHERE status = 'running' AND workflow_name = ?", (workflow_name,)
-        )
+        return [decode_entry(row, self.path) for row in await self._call(fetch)]
 
     async def get_run(self, run_id: str) -> RunEntry | None:
         entries = await self._entries("WHERE run_id = ?", (run_id,))
@@ -487,53 +462,165 @@ class SqliteJournal:
     async def list_runs(self) -> list[RunEntry]:
         return await self._entries("", ())
 
-    # -- single-process stand-ins until the fleet contract lands in this store ---------
+    async def list_unfinished(self, workflow_name: str | None = None) -> list[RunEntry]:
+        where = f"WHERE status IN ({placeholders(len(UNFINISHED))})"
+        if workflow_name is None:
+            return await self._entries(where, UNFINISHED)
+        return await self._entries(f"{where} AND workflow_name = ?", (*UNFINISHED, workflow_name))
 
-    def renew_leases(self, owner: str, leases: Sequence[Any], lease_seconds: float) -> set[str]:
-        return {lease.run_id for lease in leases}
+    # -- ownership ---------------------------------------------------------------------
 
-    async def claim_run(self, run_id: str, owner: str, **_: Any) -> Any:
-        from tickwork.stores.records import Claim, Lease
+    async def claim_runs(
+        self,
+        owner: str,
+        workflow_names: Sequence[str],
+        *,
+        queues: Sequence[str] | None = None,
+        limit: int = 1,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        max_claims: int = DEFAULT_MAX_CLAIMS,
+    ) -> list[Claim]:
+        names, wanted = tuple(workflow_names), None if queues is None else tuple(queues)
+        claim = functools.partial(
+            fleet.claim_some,
+            path=self.path,
+            owner=owner,
+            workflow_names=names,
+            queues=wanted,
+            limit=limit,
+            lease_seconds=lease_seconds,
+            max_claims=max_claims,
+            now=time.time(),
+        )
+        return await self._call(claim, action=f"claiming runs for {owner}")
 
-        entry = await self.get_run(run_id)
-        if entry is None or entry.status not in ("running", "queued", "parked"):
-            return None
-        return Claim(Lease(run_id, owner, 0), entry)
+    async def claim_run(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        max_claims: int = DEFAULT_MAX_CLAIMS,
+    ) -> Claim | None:
+        claim = functools.partial(
+            fleet.claim_one,
+            path=self.path,
+            run_id=run_id,
+            owner=owner,
+            lease_seconds=lease_seconds,
+            max_claims=max_claims,
+            now=time.time(),
+        )
+        return await self._call(claim, run_id=run_id, action=f"claiming the run for {owner}")
+
+    def renew_leases(self, owner: str, leases: Sequence[Lease], lease_seconds: float) -> set[str]:
+        until = time.time() + lease_seconds
+        self.check()  # the main connection migrates the file; this one only uses it
+        with self._renew_lock:
+            try:
+                if self._renew_conn is None:
+                    self._renew_conn = self._open()
+                return fleet.renew(self._renew_conn, owner, leases, until)
+            except sqlite3.Error as error:
+                raise sqlite_failure(
+                    error, self.path, f"renewing {len(leases)} leases of {owner}"
+                ) from error
+
+    async def release_run(
+        self,
+        lease: Lease,
+        *,
+        status: Literal["queued", "parked"] = "queued",
+        wake_at: float | None = None,
+    ) -> None:
+        release = functools.partial(
+            fleet.release,
+            path=self.path,
+            lease=lease,
+            status=status,
+            wake_at=wake_at,
+            now=time.time(),
+        )
+        await self._call(release, run_id=lease.run_id, action=f"releasing the run as {status}")
+        self._notify()
 
     async def expire_owner(self, owner: str) -> int:
-        return 0
+        ended = await self._call(
+            functools.partial(fleet.expire_owner, owner=owner),
+            action=f"ending the leases of {owner}",
+        )
+        if ended:
+            self._notify()
+        return ended
 
-    async def read_inbox(self, run_id: str) -> list[Any]:
-        return []
+    # -- inbox and stream --------------------------------------------------------------
+
+    async def send(
+        self,
+        run_id: str,
+        kind: InboxKind,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> bool:
+        insert = functools.partial(
+            fleet.insert_inbox_item,
+            path=self.path,
+            run_id=run_id,
+            kind=kind,
+            payload=payload,
+            idempotency_key=idempotency_key,
+            now=time.time(),
+        )
+        inserted = await self._call(insert, run_id=run_id, action=f"sending a {kind}")
+        if inserted:
+            self._notify()
+        return inserted
+
+    async def read_inbox(self, run_id: str) -> list[InboxItem]:
+        read = functools.partial(fleet.read_inbox, path=self.path, run_id=run_id)
+        return await self._call(read, run_id=run_id, action="reading the inbox")
 
     async def read_stream(
         self, run_id: str, after_seq: int = -1, limit: int | None = None
-    ) -> list[Any]:
-        return []
+    ) -> list[StreamItem]:
+        read = functools.partial(
+            fleet.read_stream, path=self.path, run_id=run_id, after_seq=after_seq, limit=limit
+        )
+        return await self._call(
+            read, run_id=run_id, action=f"reading the stream after seq {after_seq}"
+        )
+
+    # -- workers and notifications ---------------------------------------------------
+
+    async def register_worker(self, worker_id: str, info: Mapping[str, Any]) -> None:
+        write = functools.partial(
+            fleet.register_worker, worker_id=worker_id, info=info, now=time.time()
+        )
+        await self._call(write, action=f"registering worker {worker_id}")
+
+    async def touch_worker(self, worker_id: str, runs: Sequence[str]) -> None:
+        write = functools.partial(
+            fleet.touch_worker, worker_id=worker_id, runs=tuple(runs), now=time.time()
+        )
+        await self._call(write, action=f"recording that worker {worker_id} is alive")
+
+    async def unregister_worker(self, worker_id: str) -> None:
+        write = functools.partial(fleet.unregister_worker, worker_id=worker_id)
+        await self._call(write, action=f"unregistering worker {worker_id}")
+
+    async def list_workers(self) -> list[WorkerEntry]:
+        read = functools.partial(fleet.workers, path=self.path)
+        return await self._call(read, action="listing the workers")
 
     async def wait_for_change(self, timeout: float, run_id: str | None = None) -> None:
-        await anyio.sleep(timeout)
+        """Sleep up to ``timeout``; wake early when this store object wrote a change
+        (changes by other processes are only seen by the caller's next poll)."""
+        if self._changed is None:
+            self._changed = anyio.Event()
+        with anyio.move_on_after(timeout):
+            await self._changed.wait()
 
-    async def submit_run(self, *args: Any, **kwargs: Any) -> bool:
-        raise NotImplementedError
-
-    async def claim_runs(self, *args: Any, **kwargs: Any) -> list[Any]:
-        raise NotImplementedError
-
-    async def release_run(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError
-
-    async def send(self, *args: Any, **kwargs: Any) -> bool:
-        raise NotImplementedError
-
-    async def register_worker(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError
-
-    async def touch_worker(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError
-
-    async def unregister_worker(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError
-
-    async def list_workers(self) -> list[Any]:
-        raise NotImplementedError
+    async def attach(self, run_id: str, *, serializer: Any = None) -> RemoteHandler:
+        """A handler of ``run_id`` that works from any process (see :mod:`.remote`)."""
+        return await attach(self, run_id, serializer)

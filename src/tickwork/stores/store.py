@@ -26,8 +26,9 @@ for the embedded stores).
 
 A run is claimable when it is ``queued``; ``parked`` with a passed ``wake_at`` or an
 unconsumed inbox item; or ``running`` with an expired lease or no owner.  A run claimed
-``max_claims`` times without a successful ``append`` in between is *poison*: the store
-fails it (with an error naming it) instead of handing it out again.
+``max_claims`` times without progress in between (a successful ``append`` of more than
+the record each session opens with: :func:`is_progress`) is *poison*: the store fails it
+(with an error naming it) instead of handing it out again.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from tickwork.serde.journal_codec import opens_session
 from tickwork.stores.records import (
     FINISHED,
     UNFINISHED,
@@ -71,6 +73,7 @@ __all__ = [
     "StatePatch",
     "StreamItem",
     "WorkerEntry",
+    "is_progress",
 ]
 
 DEFAULT_LEASE_SECONDS = 30.0
@@ -78,6 +81,17 @@ DEFAULT_LEASE_SECONDS = 30.0
 
 DEFAULT_MAX_CLAIMS = 5
 """Claims without progress after which a run is failed as poison."""
+
+
+def is_progress(records: Sequence[JournalRecord]) -> bool:
+    """Whether appending ``records`` is progress of their run, which resets its poison
+    counter: any record but the one a session opens with.
+
+    Every claim of a run starts a session, and the session journals its opening record
+    before it runs a step; were that record progress, a run that kills every worker
+    taking it would never be failed as poison.
+    """
+    return any(not opens_session(record.data) for record in records)
 
 
 @runtime_checkable
@@ -152,8 +166,9 @@ class JournalStore(Protocol):
         In the same transaction: the inbox items ``consumed`` are marked consumed by
         these records, the ``stream`` items are stored, and ``final_status`` (with its
         ``outcome``) marks the run finished, so a run whose last records are durable is
-        never mistaken for an interrupted one.  A successful append resets the run's
-        poison counter.  Fenced by ``lease`` when given (``LeaseLost``).
+        never mistaken for an interrupted one.  A successful append of progress
+        (:func:`is_progress`) resets the run's poison counter.  Fenced by ``lease`` when
+        given (``LeaseLost``).
         """
 
     def read(self, run_id: str, from_seq: int = 0) -> AsyncIterator[JournalRecord]:

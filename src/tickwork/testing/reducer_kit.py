@@ -181,7 +181,7 @@ class ReducerKit:
         return out
 
     def published_types(self) -> list[type]:
-        """The types of :meth:`published`."""
+        """The types of ``published``."""
         return [type(ev) for ev in self.published()]
 
     def exit(self) -> Command | None:

@@ -26,7 +26,7 @@ class WorkflowTestResult:
 
 
 class WorkflowTestRunner:
-    """Runs a workflow, drains its stream and returns a :class:`WorkflowTestResult`."""
+    """Runs a workflow, drains its stream and returns a ``WorkflowTestResult``."""
 
     def __init__(self, workflow: Any) -> None:
         self._workflow = workflow

@@ -145,7 +145,7 @@ class Simulator:
     def script(self, step: str, script: Script | Any, seconds: float = 0.0) -> Simulator:
         """Decide the outcome of every invocation of ``step``.
 
-        ``script(event)`` returns the step's value, a :class:`Scripted`, or raises;
+        ``script(event)`` returns the step's value, a ``Scripted``, or raises;
         a non-callable is returned as the value every time.  ``seconds`` is the virtual
         time each invocation takes (a ``Scripted`` may override it).
         """

@@ -1,7 +1,7 @@
 """The control loop: a pure reducer folded over ticks, driven by an async runner.
 
 Only four names are public here.  Users who unit-test the reducer import
-``tickwork.runtime.control_loop.reduce`` directly, or use :mod:`tickwork.testing`.
+``tickwork.runtime.control_loop.reduce`` directly, or use ``tickwork.testing``.
 """
 
 from __future__ import annotations

@@ -6,14 +6,14 @@ between those views are closed here, so that no event is ever lost to the orderi
 tasks:
 
 * **Unclaimed events.**  An added event that reaches no step and no waiter while some
-  step is queued or running is kept (:func:`keep_unclaimed`): that step may be just about
+  step is queued or running is kept (``keep_unclaimed``): that step may be just about
   to wait for it.  Every matching waiter registered before the run is quiescent again
-  takes it, once per work item (:func:`take_unclaimed`), as if the waiter had existed when
-  it arrived.  At quiescence the events nobody took are dropped (:func:`drop_unclaimed`):
-  logged through a :class:`ReportDropped` command and remembered for the timeout message.
+  takes it, once per work item (``take_unclaimed``), as if the waiter had existed when
+  it arrived.  At quiescence the events nobody took are dropped (``drop_unclaimed``):
+  logged through a ``ReportDropped`` command and remembered for the timeout message.
 * **Blind waiters.**  A waiter restored from a snapshot that could not store its
   requirements matches nothing until its step runs again and registers them.  Events of
-  its type are held back meanwhile (:func:`hold_back`), in arrival order, and delivered
+  its type are held back meanwhile (``hold_back``), in arrival order, and delivered
   once no blind waiter of their type is left (``_routing.release_held_events``).
 
 Everything here is O(1) per tick while nothing is kept, which is the usual case.

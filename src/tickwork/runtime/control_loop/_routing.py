@@ -1,5 +1,5 @@
 """Reducer phases that route events: emission claims, deliveries to steps and joins,
-fan-out stream accounting (through :mod:`.streams`), cuts and stuck-stream detection."""
+fan-out stream accounting (through ``.streams``), cuts and stuck-stream detection."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def deliver_event(
     the number of new open work items this created in the event's stream (dispatched or
     queued work items, and an event held back for a blind waiter; buffered arrivals and
     woken waiters count 0).  An event nothing took is kept for waiters still to come
-    (:mod:`._holding`).
+    (``._holding``).
     """
     if tx.holdings.blind.size and blocks(tx.holdings.blind, event):
         hold_back(tx, HeldEvent(event, target, recovery_counts, scope_path, producer))
@@ -303,7 +303,7 @@ def emit_events(
 
 
 def emit_event(tx: Tx, event: Any, source: WorkItem) -> int:
-    """:func:`emit_events` for the one event a step returned (the usual case)."""
+    """``emit_events`` for the one event a step returned (the usual case)."""
     if isinstance(event, InputRequiredEvent):
         tx.emit(PublishEvent(event))
         remember_question(tx, event)

@@ -1,8 +1,8 @@
 """The backend-specific part of the control loop: worker tasks and the loop's wake-up.
 
-:class:`AsyncioPool` uses plain asyncio tasks and a future per wait;
-:class:`TrioPool` uses children of a trio nursery, each in its own cancel scope.  The
-runner picks one with :func:`running_asyncio` when a run starts.
+``AsyncioPool`` uses plain asyncio tasks and a future per wait;
+``TrioPool`` uses children of a trio nursery, each in its own cancel scope.  The
+runner picks one with ``running_asyncio`` when a run starts.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The reducer's accumulator and its dispatch primitives.
 
-A reduction works on a :class:`Tx`: the run's scalar fields as attributes, the steps it
+A reduction works on a ``Tx``: the run's scalar fields as attributes, the steps it
 changed, and the commands it produced; ``commit`` builds the new state once.  The
 functions here are the moves every phase makes: dispatch a work item to a free slot or
 queue it, drain a queue, free a slot, end the run.

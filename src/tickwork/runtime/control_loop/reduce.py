@@ -1,9 +1,9 @@
 """The pure reducer: ``reduce(state, tick) -> (state, commands)``.
 
 One dispatcher maps each tick type to a processor; each processor reads top to bottom
-as named phases.  Every processor works on a :class:`Tx`, a small accumulator that
+as named phases.  Every processor works on a ``Tx``, a small accumulator that
 holds the changed parts of the state and the commands produced so far, and builds the
-new :class:`RunState` once at the end.  The input state is never mutated, and the new
+new ``RunState`` once at the end.  The input state is never mutated, and the new
 state shares every part that did not change: a tick costs O(what it touches).
 
 Time never comes from a clock: every decision uses ``tick.stamped_at``.
@@ -117,7 +117,7 @@ def reduce(state: RunState, tick: Tick) -> tuple[RunState, list[Command]]:
 def reduce_all(state: RunState, ticks: Iterable[Tick]) -> RunState:
     """The state after every tick of ``ticks`` in order (their commands are dropped).
 
-    The same state as folding :func:`reduce` over them, but one accumulator serves the
+    The same state as folding ``reduce`` over them, but one accumulator serves the
     whole fold and the run state is built once at the end instead of once per tick:
     this is how journals are replayed.  Pure: ``state`` is not modified.
     """

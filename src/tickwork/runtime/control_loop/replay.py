@@ -58,7 +58,7 @@ def _fold_state(state: RunState, record: Any) -> RunState:
 def _ticks_after(journal_seq: int, records: Iterable[Any]) -> Iterator[Any]:
     """The ticks of ``records`` still to fold over a state at ``journal_seq``.
 
-    The same checks as :func:`_as_tick`, keeping the sequence number the state would
+    The same checks as ``_as_tick``, keeping the sequence number the state would
     have: every tick folded advances it by one.
     """
     decode = decode_tick

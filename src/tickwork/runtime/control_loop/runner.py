@@ -1,10 +1,10 @@
 """The async side of the control loop: the only place that awaits, spawns and reads clocks.
 
-One :class:`_Loop` drives one run.  It stamps ticks, folds them through the pure reducer,
+One ``_Loop`` drives one run.  It stamps ticks, folds them through the pure reducer,
 and executes the commands the reducer returns: starting worker tasks, publishing to the
 stream, scheduling timers in a heap, and ending the run.  Everything run-specific (how a
 step body is called, where published events go, journaling) is reached through a
-:class:`LoopAdapter`, set by tickwork's runtime for the run's task.
+``LoopAdapter``, set by tickwork's runtime for the run's task.
 """
 
 from __future__ import annotations
@@ -120,10 +120,10 @@ class LoopAdapter(Protocol):
         """Deliver the run's outcome to whoever awaits it."""
 
     durable: bool
-    """Whether :meth:`commit` must be awaited after every drain."""
+    """Whether ``commit`` must be awaited after every drain."""
 
     heartbeat_every: float | None
-    """While waiting, call :meth:`heartbeat` when nothing was committed for this long
+    """While waiting, call ``heartbeat`` when nothing was committed for this long
     (``None``: never)."""
 
     async def commit(self) -> None:
@@ -191,7 +191,7 @@ class _Loop:
         self.drains_inline = not adapter.durable
         # Invocations whose worker task has not begun yet.  While any has not, posted
         # ticks wait for the loop task: every worker dispatched before a result is
-        # processed gets to start first (see :meth:`post`).
+        # processed gets to start first (see ``post``).
         self.unstarted: set[str] = set()
         self.pool: TaskPool = TaskPool()
         self.run_step = adapter.run_step
@@ -206,7 +206,7 @@ class _Loop:
         """Add a tick from a worker or the caller (same thread as the loop).
 
         While the loop task sleeps, the posting task reduces the tick itself (see
-        :meth:`_drain_inline`); a durable run must commit before acting, which only the
+        ``_drain_inline``); a durable run must commit before acting, which only the
         loop task can await, so it is woken instead.
 
         A tick posted while a dispatched worker has not started yet is left to the loop

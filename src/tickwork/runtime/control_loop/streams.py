@@ -3,17 +3,17 @@
 Two kinds of accounting live here.
 
 **Fan-out streams** (api.md §21.1): a stream keeps an open-work counter.  Every finished
-execution of a work item inside a stream is classified exactly once by :func:`settle`
+execution of a work item inside a stream is classified exactly once by ``settle``
 (completed, fanned out, still live, absorbed), which moves the counter; arrivals at a
-``list[E]`` binding are buffered by :func:`buffer_member`; :func:`close_stream` fires
-the bindings that have not fired.  Firings are returned as :class:`Release` records for
+``list[E]`` binding are buffered by ``buffer_member``; ``close_stream`` fires
+the bindings that have not fired.  Firings are returned as ``Release`` records for
 the reducer to dispatch.  A negative counter is reported, never hidden.
 
 **Collect buffers** (``ctx.collect_events``):
 
 ``ctx.collect_events`` decides inside the step, against the buffer view the invocation
-was dispatched with (:func:`decide_collect`).  When the result comes back, the reducer
-commits those decisions with :func:`commit_collect_ops`, which re-checks them against the
+was dispatched with (``decide_collect``).  When the result comes back, the reducer
+commits those decisions with ``commit_collect_ops``, which re-checks them against the
 buffer as it is *now*: a decision that still holds is applied without re-running the
 step, and one that no longer holds reports the invocation as stale (it must re-run).
 This module never imports the reducer: it returns data, the reducer acts on it.
@@ -106,7 +106,7 @@ def settle(
     * ``still_live``: it will be delivered again (retry, hand-off, waiter): ``0``;
     * ``absorbed``: an arrival that was only buffered: ``-1``.
 
-    Raises :class:`AccountingError` when the stream is unknown or the counter would go
+    Raises ``AccountingError`` when the stream is unknown or the counter would go
     negative.
     """
     stream = streams.get(stream_id)

@@ -1,7 +1,7 @@
 """Fast copy-with-changes for the frozen records of the run state.
 
 ``dataclasses.replace`` introspects the class on every call and was the single largest
-cost of a reducer tick.  :func:`evolve` dispatches to a per-class function generated
+cost of a reducer tick.  ``evolve`` dispatches to a per-class function generated
 once, which passes every field positionally to the constructor.
 """
 

@@ -5,14 +5,14 @@ O(size of the run).  Copying a 10,000-entry dict or list on every tick would mak
 10,000-way fan-out quadratic, so the big parts of the state use these containers, whose
 updates return a new version sharing everything that did not change:
 
-* :class:`PQueue` — a banker's deque made of two cons lists.  ``append``/``appendleft``
+* ``PQueue`` — a banker's deque made of two cons lists.  ``append``/``appendleft``
   are O(1); ``popleft`` is O(1) amortized when versions are used linearly (the reducer
   drops the old version), which is the reducer's access pattern.
-* :class:`PMap` — a hash array mapped trie (32-way, dict nodes).  ``set``/``delete`` copy
+* ``PMap`` — a hash array mapped trie (32-way, dict nodes).  ``set``/``delete`` copy
   one path of at most ~7 small nodes, so they are O(log32 n).
-* :class:`PList` — an append-only cons list with its length; ``to_list()`` is O(n) and is
+* ``PList`` — an append-only cons list with its length; ``to_list()`` is O(n) and is
   called once, when a buffer is released.
-* :data:`EMPTY_MAPPING` — the shared empty default of the records' plain mappings.
+* ``EMPTY_MAPPING`` — the shared empty default of the records' plain mappings.
 """
 
 from __future__ import annotations
@@ -388,11 +388,11 @@ class PMap(Generic[K, V]):
         return _walk(root)
 
     def keys(self) -> Iterator[K]:
-        """The keys, in the order of :meth:`items`."""
+        """The keys, in the order of ``items``."""
         return (k for k, _ in self.items())
 
     def values(self) -> Iterator[V]:
-        """The values, in the order of :meth:`items`."""
+        """The values, in the order of ``items``."""
         return (v for _, v in self.items())
 
     def __iter__(self) -> Iterator[K]:

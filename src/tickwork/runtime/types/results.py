@@ -1,7 +1,7 @@
 """What one step invocation hands back to the control loop.
 
 A worker turns the step body's outcome into exactly one of these records; exceptions are
-data here, never something that crashes the loop.  :class:`Suspend` is the signal a step
+data here, never something that crashes the loop.  ``Suspend`` is the signal a step
 body unwinds with when it must wait; it lives here, beside the request it carries, so
 that code catching it needs nothing above the runtime's types.
 """
@@ -67,7 +67,7 @@ class Suspend(BaseException):
 
 
 WaitingForEvent = Suspend
-"""Compatibility name of :class:`Suspend`, for code that re-raises the pause signal.
+"""Compatibility name of ``Suspend``, for code that re-raises the pause signal.
 
 Such code (llama-index-core's agents, for one) catches ``Exception`` around a tool call
 and re-raises the pause signal if it sees it; ``Suspend`` is not an ``Exception``, so it

@@ -8,7 +8,7 @@ on purpose: a frozen dataclass routes every field of ``__init__`` through
 a dozen of them.  Immutability is enforced by the reducer's property tests (the input
 state is compared before and after every reduction) instead of at run time.
 Containers that can grow with the run (queues, in-flight maps, waiters, buffers) are
-persistent containers from :mod:`tickwork.runtime.types.persistent`, so one tick copies
+persistent containers from ``tickwork.runtime.types.persistent``, so one tick copies
 only what it touches.
 """
 
@@ -200,7 +200,7 @@ class Waiter:
     def matches(self, event: Any) -> bool:
         """Whether ``event`` resolves this waiter (type, then every requirement).
 
-        A blind waiter (see :attr:`blind`) matches nothing.
+        A blind waiter (see ``blind``) matches nothing.
         """
         if self.resolved_event is not None or self.timed_out or self.blind:
             return False
@@ -394,7 +394,7 @@ class RunState:
     """Everything the reducer knows about one run.
 
     ``queued``/``running`` count work across all steps so that quiescence is O(1);
-    ``waiter_index`` finds the waiters an event resolves (:mod:`.waiter_index`) so that an
+    ``waiter_index`` finds the waiters an event resolves (``.waiter_index``) so that an
     added event finds its waiters without scanning every step.
     """
 
