@@ -1,4 +1,4 @@
-"""What the fleet fault tests share: worker processes, a journal audit, and the checks.
+"""What the fleet fault tests share: worker processes, a journal audit, a caller.
 
 * :class:`Fleet` runs ``tickwork worker`` processes (through :mod:`tests.fleet.trial_child`,
   which exits with the test process) serving :data:`~tests.fleet.trial_child.FLOWS`, and
@@ -6,26 +6,27 @@
   failure messages.
 * :func:`install_audit` adds a trigger to a test schema that copies every journal record
   when it is inserted, with the owner and epoch of the run at that moment and the
-  writer's ``application_name``.  Finished runs keep only their final snapshot (their records are
-  compacted away), so the audit is what shows the whole history a fleet wrote: each
-  seq written once and in order, no write under an epoch older than one before it.
+  writer's ``application_name`` (and the runs' status changes and snapshot writes).
+  Finished runs keep only their final snapshot (their records are compacted away), so
+  the audit is what shows the whole history a fleet wrote: each seq written once and in
+  order, no write under an epoch older than one before it.
 * :func:`follow_trial` is the caller of one :class:`~tests.fleet.trial_child.Trial` run:
   it follows the run's stream from another process's point of view, answers its
   question through the inbox (twice, with one idempotency key) and reads its result.
-* ``check_*`` compare what happened with what must have happened.
+
+The checks are in :mod:`tests.fleet.fault_checks`.
 """
 
 from __future__ import annotations
 
 import collections
-import json
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,19 +37,11 @@ import psycopg
 from psycopg import sql
 from tests.fleet.trial_child import LOG_VARIABLE, Answer, Question
 
-from tickwork.events import StopEvent
 from tickwork.stores.records import JournalError
 from tickwork.stores.remote import RemoteHandler
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "tests.fleet.trial_child:FLOWS"
-FULL_VARIABLE = "TW_FLEET_FULL"
-
-
-def full_size() -> bool:
-    """Whether the slow, full-size versions run (``TW_FLEET_FULL=1``, nox -s fleet)."""
-    return os.environ.get(FULL_VARIABLE, "") == "1"
-
 
 # -- worker processes ----------------------------------------------------------------------
 
@@ -116,11 +109,19 @@ class Fleet:
         self.killed_pids: set[int] = set()
         self._spawned = 0
 
-    def start(self, index: int, *, backend: str = "asyncio", dsn: str | None = None) -> None:
-        """Start worker ``index`` (on another DSN than the fleet's, e.g. through a proxy)."""
+    def start(
+        self,
+        index: int,
+        *,
+        backend: str = "asyncio",
+        dsn: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """Start worker ``index`` (on another DSN than the fleet's, e.g. through a proxy;
+        with ``env`` added to its environment)."""
         self._spawned += 1
         log_path = self.directory / f"worker-{index}-{self._spawned}.log"
-        env = dict(os.environ)
+        env = {**os.environ, **(env or {})}
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
         env["PYTHONUNBUFFERED"] = "1"
         if self.side_log is not None:
@@ -145,7 +146,7 @@ class Fleet:
             )
         self.workers[index] = WorkerProcess(index, backend, dsn or self.dsn, process, log_path)
 
-    def wait_serving(self, indexes: Iterable[int] | None = None, timeout: float = 30.0) -> None:
+    def wait_serving(self, indexes: Iterable[int] | None = None, timeout: float = 60.0) -> None:
         """Block until the workers announced that they serve (or fail naming the log)."""
         deadline = time.monotonic() + timeout
         for index in self.workers if indexes is None else indexes:
@@ -187,6 +188,13 @@ class Fleet:
         self.retired.extend(self.workers.values())
         self.workers.clear()
 
+    def dump_stacks(self) -> None:
+        """Have every live worker write its threads' stacks to its log (SIGUSR1)."""
+        for worker in self.workers.values():
+            if worker.process.poll() is None:
+                worker.process.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+
     def all_workers(self) -> list[WorkerProcess]:
         return [*self.retired, *self.workers.values()]
 
@@ -198,6 +206,16 @@ class Fleet:
             parts.append(f"--- worker {worker.index} pid {worker.pid} ({worker.backend})")
             parts.extend(lines)
         return "\n".join(parts)
+
+    def lost_sessions(self) -> set[tuple[int, str]]:
+        """``(pid, run id)`` of every session a worker stopped because it lost the run's
+        lease (it logs ``run <id> stopped here: ...``)."""
+        found = set()
+        for worker in self.all_workers():
+            for line in worker.log().splitlines():
+                if line.startswith("run ") and " stopped here: " in line:
+                    found.add((worker.pid, line.split()[1]))
+        return found
 
     def owner_pids(self) -> dict[str, int]:
         """Worker (owner) id -> pid, for every worker that announced itself."""
@@ -247,6 +265,29 @@ def install_audit(dsn: str, schema: str) -> None:
             sql.SQL(
                 "CREATE TRIGGER audit AFTER INSERT ON {s}.records "
                 "FOR EACH ROW EXECUTE FUNCTION {s}.audit_record()"
+            ).format(s=s)
+        )
+        # Snapshot writes, for the failure messages of the checks.
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {}.snapshot_history (id bigserial PRIMARY KEY, run_id text, "
+                "seq bigint, owner text, epoch bigint, client text, "
+                "at timestamptz DEFAULT clock_timestamp())"
+            ).format(s)
+        )
+        conn.execute(
+            sql.SQL(
+                "CREATE FUNCTION {s}.audit_snapshot() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                "BEGIN INSERT INTO {s}.snapshot_history (run_id, seq, owner, epoch, client) "
+                "SELECT NEW.run_id, NEW.seq, r.owner, r.epoch, "
+                "current_setting('application_name') "
+                "FROM {s}.runs AS r WHERE r.run_id = NEW.run_id; RETURN NEW; END $$"
+            ).format(s=s)
+        )
+        conn.execute(
+            sql.SQL(
+                "CREATE TRIGGER audit_snapshot AFTER INSERT OR UPDATE ON {s}.snapshots "
+                "FOR EACH ROW EXECUTE FUNCTION {s}.audit_snapshot()"
             ).format(s=s)
         )
         # Status changes of the runs, for the failure messages of the checks.
@@ -302,15 +343,43 @@ def audited(dsn: str, schema: str) -> dict[str, list[Written]]:
 
 
 def run_history(dsn: str, schema: str, run_id: str) -> str:
-    """The status changes of ``run_id`` (one per line), for failure messages."""
+    """The status changes and snapshot writes of ``run_id`` (one per line, in time
+    order), for failure messages."""
     rows = query(
         dsn,
-        "SELECT to_char(at, 'HH24:MI:SS.MS'), status, owner, epoch, last_seq, client "
-        "FROM {s}.run_history WHERE run_id = %s ORDER BY id",
+        "SELECT at, to_char(at, 'HH24:MI:SS.MS'), status, owner, epoch, last_seq, client "
+        "FROM {s}.run_history WHERE run_id = %s UNION ALL "
+        "SELECT at, to_char(at, 'HH24:MI:SS.MS'), 'snapshot ' || seq, owner, epoch, NULL, "
+        "client FROM {s}.snapshot_history WHERE run_id = %s ORDER BY 1",
+        run_id,
         run_id,
         schema=schema,
     )
-    return "\n".join(" ".join(str(part) for part in row) for row in rows)
+    return "\n".join(" ".join(str(part) for part in row[1:]) for row in rows)
+
+
+def takeover_delays(dsn: str, schema: str, owner: str, since: float) -> list[float]:
+    """For each run ``owner`` held (running) at ``since`` (wall clock), how long after
+    that another worker claimed it."""
+    rows = query(
+        dsn,
+        "SELECT run_id, extract(epoch FROM at)::float8, status, owner "
+        "FROM {s}.run_history ORDER BY id",
+        schema=schema,
+    )
+    history: dict[str, list[tuple[float, str, str | None]]] = collections.defaultdict(list)
+    for run_id, at, status, holder in rows:
+        history[run_id].append((at, status, holder))
+    delays = []
+    for changes in history.values():
+        before = [change for change in changes if change[0] <= since]
+        if not before or before[-1][1:] != ("running", owner):
+            continue
+        for at, status, holder in changes:
+            if at > since and status == "running" and holder not in (None, owner):
+                delays.append(at - since)
+                break
+    return delays
 
 
 def query(dsn: str, statement: str, *params: Any, schema: str) -> list[tuple[Any, ...]]:
@@ -335,15 +404,22 @@ class Followed:
 
 
 async def follow_trial(
-    handler: RemoteHandler, factor: int, rng: random.Random, seen: Followed
+    handler: RemoteHandler,
+    factor: int,
+    rng: random.Random,
+    seen: Followed,
+    gate: anyio.Event | None = None,
 ) -> None:
     """Follow a Trial run's stream to its end, answer its question (after a random
-    pause, twice under one key: one delivery), then read its result."""
+    pause, and once ``gate`` is set; twice under one key: one delivery), then read its
+    result."""
     key = f"{handler.run_id}:answer"
     async for event in handler.stream_events(after=-1):
         seen.positions.append(handler.position)
         seen.events.append(event)
         if isinstance(event, Question) and not seen.answers:
+            if gate is not None:
+                await gate.wait()
             await anyio.sleep(rng.uniform(0.0, 0.6))
             assert await handler.send_event(Answer(factor=factor), idempotency_key=key)
             seen.answers += 1
@@ -354,201 +430,3 @@ async def follow_trial(
             else:
                 assert not again, "a second send under one key was delivered"
     seen.result = await handler
-
-
-# -- checks ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Execution:
-    """A line of the side log: a step body started."""
-
-    step: str
-    run_id: str
-    invocation_id: str
-    attempt: int
-    pid: int
-    at: float
-
-
-def executions(path: Path) -> list[Execution]:
-    """The side log's lines (``step,run:invocation:attempt,pid,time``)."""
-    if not path.exists():
-        return []
-    found = []
-    for line in path.read_text().splitlines():
-        step_name, key, pid, at = line.split(",")
-        run_id, invocation_id, attempt = key.rsplit(":", 2)
-        found.append(Execution(step_name, run_id, invocation_id, int(attempt), int(pid), float(at)))
-    return found
-
-
-def check_journal(run_id: str, written: Sequence[Written], last_seq: int) -> None:
-    """Each seq 0..``last_seq`` written exactly once, in order, never under an epoch
-    older than an earlier write's (a stale owner's write), and one result per invocation."""
-    seqs = [w.seq for w in written]
-    assert seqs == list(range(last_seq + 1)), f"run {run_id}: journal seqs {seqs}"
-    epochs = [w.epoch for w in written]
-    assert epochs == sorted(epochs), f"run {run_id}: a write under an older epoch: {epochs}"
-    results = collections.Counter(
-        w.data["invocation_id"] for w in written if w.data["type"] == "step_result"
-    )
-    doubled = [inv for inv, count in results.items() if count > 1]
-    assert not doubled, f"run {run_id}: invocations with several results: {doubled}"
-
-
-def events_of(written: Sequence[Written], qualified_name: str) -> list[dict[str, Any]]:
-    """The values of the events named ``qualified_name`` that records of one run add."""
-    found = []
-    for w in written:
-        event = w.data.get("event")
-        if (
-            w.data["type"] == "add_event"
-            and isinstance(event, dict)
-            and event.get("qualified_name") == qualified_name
-        ):
-            found.append(event.get("value", {}))
-    return found
-
-
-def published(written: Sequence[Written], qualified_name: str) -> list[dict[str, Any]]:
-    """The values of the events named ``qualified_name`` that records publish."""
-    found = []
-    for w in written:
-        event = w.data.get("event")
-        if (
-            w.data["type"] == "publish_event"
-            and isinstance(event, dict)
-            and event.get("qualified_name") == qualified_name
-        ):
-            found.append(event.get("value", {}))
-    return found
-
-
-def check_executions(
-    journals: dict[str, list[Written]],
-    ran: Sequence[Execution],
-    interrupted_pids: set[int],
-    *,
-    unlogged_results: Iterable[str] = ("join",),
-) -> collections.Counter[str]:
-    """Step bodies ran once per journaled result, except those in flight in a worker
-    that was killed (or fenced): only those may have run and left no result, or run
-    again elsewhere.  Returns how many executions were repeated, per step."""
-    repeated: collections.Counter[str] = collections.Counter()
-    by_invocation: dict[tuple[str, str], list[Execution]] = collections.defaultdict(list)
-    for execution in ran:
-        if execution.step.endswith(".end"):
-            continue
-        by_invocation[(execution.run_id, execution.invocation_id)].append(execution)
-    journaled: dict[tuple[str, str], str] = {}
-    for run_id, written in journals.items():
-        for w in written:
-            if w.data["type"] == "step_result":
-                journaled[(run_id, w.data["invocation_id"])] = w.data["step"]
-    for key, runs in by_invocation.items():
-        results = 1 if key in journaled else 0
-        survivors = [e for e in runs if e.pid not in interrupted_pids]
-        assert len(survivors) <= results, (
-            f"run {key[0]}, invocation {key[1]} ran {len(runs)} times ({runs}) for "
-            f"{results} journaled result(s); only a killed or fenced worker may run a body "
-            "that leaves no result"
-        )
-        repeated[runs[0].step] += len(runs) - results
-    for key, step_name in journaled.items():
-        if step_name not in unlogged_results:
-            assert key in by_invocation, f"run {key[0]}: {step_name} {key[1]} never ran"
-    return repeated
-
-
-def check_stream(seen: Followed, stream: Sequence[tuple[int, dict[str, Any]]]) -> None:
-    """The caller saw the run's whole stream, in order, each position once, ending with
-    one terminal event."""
-    positions = [position for position, _ in stream]
-    assert seen.positions == positions, (
-        f"run {seen.run_id}: the caller saw positions {seen.positions}, the stream has {positions}"
-    )
-    assert len(set(positions)) == len(positions)
-    stops = [e for e in seen.events if isinstance(e, StopEvent)]
-    assert len(stops) == 1 and seen.events[-1] is stops[0], f"run {seen.run_id}: {seen.events}"
-
-
-def stream_rows(dsn: str, schema: str) -> dict[str, list[tuple[int, dict[str, Any]]]]:
-    """Each run's stream: ``(position, event record)`` in order."""
-    found: dict[str, list[tuple[int, dict[str, Any]]]] = collections.defaultdict(list)
-    for run_id, seq, event in query(
-        dsn, "SELECT run_id, seq, event FROM {s}.stream ORDER BY run_id, seq", schema=schema
-    ):
-        found[run_id].append((int(seq), event))
-    return found
-
-
-def check_trial_journal(
-    run_id: str, written: Sequence[Written], width: int, stream: Sequence[tuple[int, Any]]
-) -> None:
-    """No event of a Trial run lost or doubled: each Item sent once, one Answer, each
-    Progress published by a journal record exactly as the stream holds it."""
-    items = sorted(value["index"] for value in events_of(written, _name("Item")))
-    assert items == list(range(width)), f"run {run_id}: items journaled {items}"
-    answers = events_of(written, _name("Answer"))
-    assert len(answers) == 1, f"run {run_id}: answers journaled {answers}"
-    journal_progress = sorted(v["index"] for v in published(written, _name("Progress")))
-    stream_progress = sorted(
-        event["value"]["index"]
-        for _, event in stream
-        if isinstance(event, dict) and event.get("qualified_name") == _name("Progress")
-    )
-    assert journal_progress == stream_progress, (
-        f"run {run_id}: journal publishes {journal_progress}, stream has {stream_progress}"
-    )
-    assert set(stream_progress) == set(range(width)), f"run {run_id}: {stream_progress}"
-
-
-def _name(event: str) -> str:
-    return f"tests.fleet.trial_child.{event}"
-
-
-def check_settled(dsn: str, schema: str, *, killed: bool = False) -> list[str]:
-    """Nothing left over: no run unfinished or holding a lease, no unconsumed inbox
-    item, every finished run's records compacted into its final snapshot.
-
-    A worker killed between a run's last append and its final snapshot leaves that run
-    finished and uncompacted (the snapshot is a second write): with ``killed``, such
-    runs are returned instead of failing the check.
-    """
-    leftover = query(
-        dsn,
-        "SELECT run_id, status, owner, lease_until FROM {s}.runs "
-        "WHERE status NOT IN ('completed', 'failed', 'timed_out', 'cancelled') "
-        "OR lease_until IS NOT NULL",
-        schema=schema,
-    )
-    histories = "\n".join(f"{row[0]}:\n{run_history(dsn, schema, row[0])}" for row in leftover[:3])
-    assert not leftover, f"runs left unfinished or leased: {leftover[:10]}\n{histories}"
-    pending = query(
-        dsn,
-        "SELECT run_id, idempotency_key FROM {s}.inbox WHERE consumed_seq IS NULL",
-        schema=schema,
-    )
-    assert not pending, f"inbox items never consumed: {pending[:10]}"
-    behind = query(
-        dsn,
-        "SELECT r.run_id, r.last_seq, s.seq FROM {s}.runs AS r "
-        "JOIN {s}.snapshots AS s USING (run_id) WHERE s.seq <> r.last_seq + 1",
-        schema=schema,
-    )
-    assert killed or not behind, f"finished runs without their final snapshot: {behind[:10]}"
-    uncompacted = {row[0] for row in behind}
-    stale = query(
-        dsn,
-        "SELECT r.run_id, r.seq, s.seq FROM {s}.records AS r "
-        "LEFT JOIN {s}.snapshots AS s USING (run_id) WHERE s.seq IS NULL OR r.seq < s.seq",
-        schema=schema,
-    )
-    stale = [row for row in stale if row[0] not in uncompacted]
-    assert not stale, f"records older than their run's snapshot: {stale[:10]}"
-    return sorted(uncompacted)
-
-
-def dump(value: Any) -> str:
-    return json.dumps(value, default=str)[:2000]

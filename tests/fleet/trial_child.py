@@ -23,8 +23,10 @@ from the caller) for the soak test.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -38,6 +40,10 @@ from tickwork.retry_policy import retry_policy, stop_after_attempt, wait_fixed
 
 LOG_VARIABLE = "TW_TRIAL_LOG"
 """The side log every step execution appends a line to (no log when unset)."""
+
+SKEW_VARIABLE = "TW_TRIAL_CLOCK_SKEW"
+"""Seconds added to this process's wall clock (``time.time``), to run a worker on a
+machine whose clock is wrong."""
 
 FLAKY_FAILURES = 2
 """How many attempts of ``Trial.check`` fail before one succeeds."""
@@ -214,6 +220,12 @@ def main(argv: list[str]) -> int:
     """``tickwork`` with ``argv``, ended when the process that started this one ends."""
     from tickwork.cli import main as tickwork_main
 
+    # The tests ask a worker that looks stuck for its threads' stacks (quoted from its log).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    skew = float(os.environ.get(SKEW_VARIABLE, "0") or 0)
+    if skew:
+        real_time = time.time
+        time.time = lambda: real_time() + skew
     watchdog = threading.Thread(
         target=_exit_with_parent, args=(os.getppid(),), name="parent-watchdog", daemon=True
     )
