@@ -285,7 +285,11 @@ class Worker:
         deadline = _earliest_deadline(state)
         if deadline is not None and deadline <= now:
             return False
-        return not await self.store.read_inbox(run_id)
+        if await self.store.read_inbox(run_id):
+            return False
+        # The run may have moved on while its inbox was read (an item came and was
+        # consumed; it may even be writing its final records): not idle after all.
+        return active.session.state is state and not active.session.done.is_set()
 
     async def _park(self, run_id: str, active: _Active) -> None:
         session = active.session
