@@ -1,6 +1,6 @@
 """A worker of a fleet: claims runs from a shared journal store and runs them.
 
-``tickwork worker MODULE:OBJ --dsn DSN`` (or ``--journal FILE``) runs one :class:`Worker`
+``tickwork worker MODULE:OBJ --dsn DSN`` (or ``--journal FILE``) runs one ``Worker``
 (scale-out.md §4).  It registers itself in the store, then loops:
 
 1. claim up to ``concurrency`` runs of the workflows it serves (queued runs, parked runs
@@ -15,7 +15,7 @@
 
 A run that cannot be loaded (its steps or events no longer exist, its journal is
 damaged) is failed with an error naming it; it never blocks the other runs.  On
-:meth:`Worker.stop` (SIGTERM in the command), the worker stops claiming, lets running
+``Worker.stop`` (SIGTERM in the command), the worker stops claiming, lets running
 steps finish for ``grace`` seconds, then hands its runs back (``queued``, no owner) so that
 other workers take them at once.  Runs are never cancelled by a shutdown.
 """
@@ -125,7 +125,7 @@ class Worker:
     # -- the loop ----------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Serve until :meth:`stop`; then hand the remaining runs back."""
+        """Serve until ``stop``; then hand the remaining runs back."""
         await self.store.register_worker(
             self.worker_id,
             {
@@ -183,7 +183,7 @@ class Worker:
             self._sleeping.cancel()
 
     def stop(self) -> None:
-        """Stop claiming; :meth:`run` then hands the remaining runs back and returns."""
+        """Stop claiming; ``run`` then hands the remaining runs back and returns."""
         self._stopping = True
         if self._sleeping is not None:
             self._sleeping.cancel()

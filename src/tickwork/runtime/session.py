@@ -284,6 +284,11 @@ class RunSession:
                 self.hard_aborted = True
                 end_run_span(self.run_span, None, None)
                 self.run_span = None
+                if self.ownership is not None:
+                    # As if this process had died: the lease is left to expire, so that
+                    # a recovery can take the run over; renewing it would pin the run
+                    # (and this session) here for as long as the process lives.
+                    self.ownership.release()
             # Let go of the loop (its post method): the loop refers to this session,
             # and an ended run must be freed by reference counting, not by the GC.
             self._post = _drop

@@ -1,6 +1,6 @@
 """Journal stores: the store protocol and its in-memory and SQLite implementations.
 
-Users import these names from :mod:`tickwork.journal`, which also offers the recovery
+Users import these names from ``tickwork.journal``, which also offers the recovery
 functions; this package holds only the stores, so that the runtime, which writes to a
 store, never imports the layers above it (recovery needs workflows and handlers).
 

@@ -5,7 +5,7 @@ worker thread.
 A durable run awaits each of its writes before it acts on them (write-ahead), so one
 run never has two writes in flight; what a busy store sees is many runs, each waiting
 for one write (and, beside each, an inbox pump waiting for one read).
-:class:`GroupCommit` queues the calls: one that arrives while the store is idle goes at
+``GroupCommit`` queues the calls: one that arrives while the store is idle goes at
 once, alone (a lone sequential run waits for nothing more than its own transaction);
 those that arrive while a batch is in flight wait for it to end and then go together,
 in arrival order, taken by one of their own callers.  The store runs a batch in one
@@ -13,7 +13,7 @@ trip to its worker thread: the plain calls one after the other, the writes in on
 transaction.  No background task is needed, so the queue works under asyncio and trio
 alike and goes away with its store.
 
-Each caller still gets its own outcome: the store settles every :class:`PendingCall` of
+Each caller still gets its own outcome: the store settles every ``PendingCall`` of
 a batch with its result or its error (a write refused by its fence fails alone; the
 others commit), and ``call`` returns or raises only once its call has settled: a write,
 once the transaction holding it has committed or failed.  Cancellation works as for a

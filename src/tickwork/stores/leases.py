@@ -1,7 +1,7 @@
 """Keeping a process's leases alive: one renewal thread per store and owner.
 
 A worker (or a process running journaled runs with ``Workflow.run()``) owns runs through
-leases that expire unless renewed.  :class:`LeaseKeeper` renews every lease of one owner
+leases that expire unless renewed.  ``LeaseKeeper`` renews every lease of one owner
 in one statement every third of the lease time, from a dedicated thread, so that an
 event loop blocked by a step cannot starve the heartbeat.  A run missing from a renewal's
 result was lost (another worker took it over): its ``on_lost`` callback runs at once, in
@@ -9,7 +9,7 @@ the keeper's thread.  When renewals keep failing (the database is unreachable: a
 partition) until the leases are about to expire, the keeper *fences itself*: every held
 run is reported lost, so that its sessions stop before another worker may take over.
 
-:func:`process_owner` names this process for the leases it takes.
+``process_owner`` names this process for the leases it takes.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class LeaseKeeper:
         self._renewal: _Renewal | None = None
 
     def hold(self, lease: Lease, on_lost: Callable[[str], None]) -> None:
-        """Keep ``lease`` alive until :meth:`drop`; ``on_lost(reason)`` if it is lost."""
+        """Keep ``lease`` alive until ``drop``; ``on_lost(reason)`` if it is lost."""
         with self._lock:
             if not self._held:
                 self._last_success = time.monotonic()

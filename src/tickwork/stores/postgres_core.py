@@ -1,10 +1,10 @@
 """The plumbing of the Postgres journal store: connections, retries, fences, hints.
 
-:class:`PostgresStoreBase` holds what every call of :class:`~.postgres.PostgresJournal`
+``PostgresStoreBase`` holds what every call of ``PostgresJournal``
 goes through: the connection pool (opened on first use, after the schema is migrated
 or checked), the retry loop that survives a lost connection, the diagnosis of a refused
 fenced write, and the notifications.  The store's calls themselves live in
-:mod:`.postgres_fleet` (ownership, inbox, stream, workers) and :mod:`.postgres` (the
+``.postgres_fleet`` (ownership, inbox, stream, workers) and ``.postgres`` (the
 journal), each a subclass of the one before.
 """
 
@@ -85,7 +85,7 @@ def fence_sql(lease: Lease | None) -> str:
 
 
 def fence_params(run_id: str, lease: Lease | None) -> dict[str, Any]:
-    """The parameters :func:`fence_sql` needs."""
+    """The parameters ``fence_sql`` needs."""
     return {
         "run_id": run_id,
         "owner": None if lease is None else lease.owner,
@@ -276,7 +276,7 @@ class PostgresStoreBase:
         run_id: str | None = None,
         seq: int | None = None,
     ) -> T:
-        """:meth:`_blocking` on a worker thread, at most ``pool_size`` at once."""
+        """``_blocking`` on a worker thread, at most ``pool_size`` at once."""
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(self._pool_size)
         call = functools.partial(self._blocking, fn, action=action, run_id=run_id, seq=seq)

@@ -4,19 +4,19 @@ Every call runs on a worker thread (``anyio.to_thread``) holding one connection,
 the event loop never blocks on the disk.  Commits are durable (``synchronous=FULL``: the
 WAL is fsync'd on every commit) and one ``append`` is in one transaction, so a batch of
 ticks is either fully there after a crash or not at all.  Calls go through a queue
-(:mod:`.group_commit`): those that arrive while the thread is busy go together in its
+(``.group_commit``): those that arrive while the thread is busy go together in its
 next trip, and the writes of running runs among them (appends, snapshots, outcomes,
 alive times) are committed in one transaction, with one fsync (group commit across
 runs), each in a savepoint of its own so that one run's refused or failed write fails
 that run only.
 
-Several processes may share one file (the fleet contract of :mod:`.store` on one
+Several processes may share one file (the fleet contract of ``.store`` on one
 machine): every read-modify-write is a ``BEGIN IMMEDIATE`` transaction and a busy
-connection waits up to :data:`BUSY_TIMEOUT_S` for the write lock instead of failing.
+connection waits up to ``BUSY_TIMEOUT_S`` for the write lock instead of failing.
 Writes carrying a lease are fenced in the statement that changes the run
 (``WHERE owner = ? AND epoch = ? AND last_seq = ?``).  The schema is versioned and
-migrated on open (:mod:`.sqlite_schema`); the fleet statements are in
-:mod:`.sqlite_fleet`.  ``wait_for_change`` sleeps up to its timeout and wakes early only
+migrated on open (``.sqlite_schema``); the fleet statements are in
+``.sqlite_fleet``.  ``wait_for_change`` sleeps up to its timeout and wakes early only
 for changes of its run made through this store object (other processes are seen by
 polling).
 
@@ -107,7 +107,7 @@ class SqliteJournal:
     The constructor checks the path cheaply (its directory exists and is writable; the
     path, when it exists, is a readable and writable regular file) and raises
     ``JournalError`` naming it; the file itself is opened (and created, or migrated from
-    an older tickwork) by :meth:`check` or the first call.  Several processes may use
+    an older tickwork) by ``check`` or the first call.  Several processes may use
     one file at once.
     """
 
@@ -204,7 +204,7 @@ class SqliteJournal:
         self, fn: Callable[[sqlite3.Connection], T], *, run_id: str | None, action: str
     ) -> T:
         """``fn(connection)`` on the calling thread (the synchronous ``register_run``);
-        an ``sqlite3`` error becomes a ``JournalError`` as in :meth:`_call`."""
+        an ``sqlite3`` error becomes a ``JournalError`` as in ``_call``."""
         with self._lock:
             conn = self._connect()
             try:
@@ -669,5 +669,5 @@ class SqliteJournal:
                         del self._changed[run_id]
 
     async def attach(self, run_id: str, *, serializer: Any = None) -> RemoteHandler:
-        """A handler of ``run_id`` that works from any process (see :mod:`.remote`)."""
+        """A handler of ``run_id`` that works from any process (see ``.remote``)."""
         return await attach(self, run_id, serializer)

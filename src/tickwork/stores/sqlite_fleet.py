@@ -1,11 +1,11 @@
 """The fleet half of the SQLite journal: ownership (claims, fencing, renewals,
 releases), the inbox, the event stream and the workers table.
 
-Plain synchronous functions on a ``sqlite3`` connection; :class:`SqliteJournal` runs
+Plain synchronous functions on a ``sqlite3`` connection; ``SqliteJournal`` runs
 them on its worker thread.  Every read-modify-write is one ``BEGIN IMMEDIATE``
 transaction, which holds the file's write lock from its first read, so several
 processes sharing one file never hand out the same run twice.  The semantics are those
-of :class:`~tickwork.stores.memory.InMemoryJournal`.
+of ``InMemoryJournal``.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def no_run(path: str, run_id: str) -> JournalError:
 
 
 def require_run(conn: sqlite3.Connection, path: str, run_id: str) -> None:
-    """Raise :func:`no_run` unless the file holds ``run_id``."""
+    """Raise ``no_run`` unless the file holds ``run_id``."""
     if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
         raise no_run(path, run_id)
 

@@ -2,11 +2,11 @@
 snapshots and the one-statement fenced updates of a run.
 
 Plain synchronous functions on a ``sqlite3`` connection;
-:class:`~tickwork.stores.sqlite.SqliteJournal` encodes the values and runs them on its
+``SqliteJournal`` encodes the values and runs them on its
 worker thread.  ``register`` and ``submit`` are one ``BEGIN IMMEDIATE`` transaction
 each.  The writes of a running run (``append``, ``write_snapshot``, ``fenced_update``)
-run *inside* a transaction: :func:`commit_together` commits the writes of many runs
-that queued up meanwhile (:mod:`.group_commit`) in one transaction and one fsync, so
+run *inside* a transaction: ``commit_together`` commits the writes of many runs
+that queued up meanwhile (``.group_commit``) in one transaction and one fsync, so
 that a write that fails (a refused fence, a duplicate record) is undone alone and the
 others commit.  An append is the hot path
 (one per drain of a durable run): its fence lives in the ``UPDATE runs`` it needs
@@ -265,9 +265,9 @@ def fenced_update(
 
 
 def run_batch(conn: sqlite3.Connection, path: str, batch: Sequence[PendingCall]) -> None:
-    """Run a batch of the store's call queue (:mod:`.group_commit`) and settle each
+    """Run a batch of the store's call queue (``.group_commit``) and settle each
     call: the plain calls (reads, claims: each its own transaction, if any) one after
-    the other, then the writes together (:func:`commit_together`).  An ``sqlite3``
+    the other, then the writes together (``commit_together``).  An ``sqlite3``
     error of a call becomes a ``JournalError`` naming the file, the run and the call.
     Never raises for a call's failure."""
     writes: list[PendingCall] = []
@@ -305,7 +305,7 @@ def commit_together(conn: sqlite3.Connection, path: str, batch: Sequence[Pending
 def _one_transaction(
     conn: sqlite3.Connection, path: str, batch: list[PendingCall], careful: bool
 ) -> list[PendingCall]:
-    """One try of :func:`commit_together`, each write in a savepoint if ``careful``;
+    """One try of ``commit_together``, each write in a savepoint if ``careful``;
     the writes to try again (those a rollback of the whole transaction undid)."""
     try:
         conn.execute("BEGIN IMMEDIATE")
