@@ -460,13 +460,13 @@ class InMemoryJournal:
         idempotency_key: str | None = None,
     ) -> bool:
         run = self._run(run_id)
+        key = idempotency_key if idempotency_key is not None else uuid.uuid4().hex
+        if key in run.keys:
+            return False  # delivered before (perhaps what ended the run): a retry
         if run.status in FINISHED:
             raise JournalError(
                 f"run {run_id!r} has finished ({run.status}); the {kind} was not delivered"
             )
-        key = idempotency_key if idempotency_key is not None else uuid.uuid4().hex
-        if key in run.keys:
-            return False
         run.keys.add(key)
         item = InboxItem(
             next(self._item_ids), run_id, kind, copy.deepcopy(payload), key, time.time()

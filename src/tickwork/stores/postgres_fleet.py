@@ -256,6 +256,8 @@ class PostgresFleetStore(PostgresStoreBase):
             row = conn.execute(sql, params).fetchone()
             assert row is not None
             if not row[0]:
+                if not fresh and self._key_used(conn, run_id, params["key"]):
+                    return False  # delivered before (perhaps what ended the run): a retry
                 raise self._not_deliverable(conn, run_id, kind)
             if row[1]:
                 self._notify(conn, run_id)
@@ -265,6 +267,14 @@ class PostgresFleetStore(PostgresStoreBase):
             return fresh and attempt > 0
 
         return await self._call(write, action=f"sending a {kind}", run_id=run_id)
+
+    def _key_used(self, conn: Connection, run_id: str, key: str) -> bool:
+        """Whether an item with ``key`` was left in the run's inbox before."""
+        row = conn.execute(
+            f"SELECT 1 FROM {self._q}.inbox WHERE run_id = %s AND idempotency_key = %s",
+            (run_id, key),
+        ).fetchone()
+        return row is not None
 
     def _not_deliverable(self, conn: Connection, run_id: str, kind: str) -> JournalError:
         row = conn.execute(

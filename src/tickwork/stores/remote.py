@@ -126,8 +126,8 @@ class RemoteHandler:
         event is durable in the run's inbox.
 
         With the same ``idempotency_key`` a send is delivered once however often it is
-        made; returns whether this call delivered it.  ``JournalError`` if the run has
-        finished.
+        made; returns whether this call delivered it (a retry returns ``False``, even
+        once the run has finished).  ``JournalError`` for a new event to a finished run.
         """
         payload = {"event": self.serializer.to_record(event), "step": step}
         return await self.store.send(self.run_id, "send", payload, idempotency_key=idempotency_key)

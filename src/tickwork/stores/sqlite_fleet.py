@@ -348,6 +348,8 @@ def insert_inbox_item(
         if row is None:
             raise no_run(path, run_id)
         if row[0] in FINISHED:
+            if _key_used(conn, run_id, key):
+                return False  # delivered before (perhaps what ended the run): a retry
             raise JournalError(
                 f"{journal_label(path, run_id)}: the run has finished ({row[0]}); the {kind} "
                 "was not delivered"
@@ -361,6 +363,14 @@ def insert_inbox_item(
             return False
         conn.execute("UPDATE runs SET updated_at = ? WHERE run_id = ?", (now, run_id))
     return True
+
+
+def _key_used(conn: sqlite3.Connection, run_id: str, key: str) -> bool:
+    """Whether an item with ``key`` was left in the run's inbox before."""
+    row = conn.execute(
+        "SELECT 1 FROM inbox WHERE run_id = ? AND idempotency_key = ?", (run_id, key)
+    ).fetchone()
+    return row is not None
 
 
 def _load(text: str | None, path: str, run_id: str, what: str) -> Any:

@@ -286,8 +286,10 @@ class JournalStore(Protocol):
         """Leave an item in the run's inbox; returns once it is durable.
 
         Idempotent on ``(run_id, idempotency_key)`` (``None``: a fresh key): a second
-        item with the same key is dropped and ``False`` returned.  An item makes a
-        parked run claimable.  ``JournalError`` for an unknown or finished run.
+        item with the same key is dropped and ``False`` returned, also once the run has
+        finished (a retry of a send that was delivered, perhaps the one that ended it).
+        An item makes a parked run claimable.  ``JournalError`` for an unknown run, and
+        for a new item to a finished run.
         """
         ...
 
