@@ -429,7 +429,8 @@ class Workflow(metaclass=WorkflowMeta):
         A resumed run keeps its original options: its ``timeout`` replaces the
         instance's for that run.  A journaled run is registered in its store, start
         event and options included, before the handler is returned, and owned by this
-        process: through ``lease`` (a claim's) or a lease it takes.
+        process: through ``lease`` (a claim's, taken for ``lease_seconds``) or a lease
+        it takes.
         """
         self._locked = True
         config = self._prepare_run()
@@ -471,9 +472,7 @@ class Workflow(metaclass=WorkflowMeta):
             serializer=ctx._serializer,
         )
         session.register(
-            None if resumable is not None else {"timeout": config.timeout},
-            lease,
-            lease_seconds,
+            None if resumable is not None else {"timeout": config.timeout}, lease, lease_seconds
         )
         ctx._bind_run(session)
         LIVE_RUNS[run_id] = session

@@ -21,7 +21,7 @@ from tickwork.fleet import Worker, WorkerOptions
 from tickwork.journal import InMemoryJournal
 from tickwork.journal.recovery import resume_claimed
 from tickwork.serde.serializers import JsonSerializer
-from tickwork.stores.records import JournalError, Lease, LeaseLost
+from tickwork.stores.records import JournalError, Lease, LeaseLost, StoreUnavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -107,7 +107,9 @@ async def test_a_waiting_run_is_parked_and_a_send_wakes_it_on_any_worker() -> No
         return await handler
 
     assert await serving(worker, body) == "tea: yes"
-    assert worker.parked >= 1
+    assert worker.parked == 1  # the woken run is not parked again before it ran
+    entry = await store.get_run("p1")
+    assert entry is not None and entry.status == "completed" and entry.lease_until is None
 
 
 async def test_a_remote_cancel_ends_the_run_as_cancelled() -> None:
@@ -225,7 +227,113 @@ async def test_a_parked_run_claimed_to_wake_is_not_parked_again_first(wake: str)
     assert entry is not None and entry.status == "completed"
 
 
-async def test_a_finished_run_is_never_released() -> None:
+class Nap(Workflow):
+    @step
+    async def nap(self, ev: StartEvent) -> StopEvent:
+        await anyio.sleep(ev.seconds)
+        return StopEvent(result="rested")
+
+
+async def test_a_worker_renews_its_leases_within_its_own_lease_time() -> None:
+    # The run outlives its lease many times over: renewed every third of the worker's
+    # lease time, it is never taken over, not even by its own worker.
+    store = InMemoryJournal()
+    handler = await Nap(journal=store, timeout=None).submit(run_id="n1", seconds=1.5)
+    options = WorkerOptions(poll_seconds=0.05, lease_seconds=0.4)
+    worker = Worker([Nap(journal=store, timeout=None)], store, options)
+
+    async def body() -> Any:
+        return await handler
+
+    assert await serving(worker, body) == "rested"
+    entry = await store.get_run("n1")
+    assert entry is not None and entry.epoch == 1  # claimed once
+    assert worker.claimed == 1 and worker.lost == 0
+
+
+async def test_a_worker_that_claims_its_own_expired_run_again_resumes_it() -> None:
+    # Late renewals let the lease expire; the worker's next claim takes the run again
+    # (a new epoch): the stale session stops, the run goes on from its journal.
+    store = InMemoryJournal()
+    handler = await Approve(journal=store).submit(run_id="x1", item="tea")
+    worker = Worker([Approve(journal=store)], store, WorkerOptions(poll_seconds=0.05))
+
+    async def body() -> Any:
+        async for ev in handler.stream_events():
+            if isinstance(ev, Question):
+                break
+        await store.expire_owner(worker.worker_id)
+        while (await store.get_run("x1")).epoch < 2:  # type: ignore[union-attr]
+            await anyio.sleep(0.02)
+        await handler.send_event(Answer(value="yes"), idempotency_key="k1")
+        return await handler
+
+    assert await serving(worker, body) == "tea: yes"
+    assert worker.lost == 1
+
+
+class _Outage(InMemoryJournal):
+    """A store that is unreachable for its first few claims and touches (the database
+    is down longer than the store retries)."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def _down(self) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise JournalError("the database is unreachable")
+
+    async def claim_runs(self, *args: Any, **kwargs: Any) -> Any:
+        self._down()
+        return await super().claim_runs(*args, **kwargs)
+
+    async def touch_worker(self, *args: Any, **kwargs: Any) -> None:
+        self._down()
+        await super().touch_worker(*args, **kwargs)
+
+
+async def test_a_worker_outlives_a_store_that_fails_for_a_while() -> None:
+    store = _Outage(failures=4)
+    handler = await Echo(journal=store).submit(run_id="o1", text="still here")
+    worker = Worker([Echo(journal=store)], store, WorkerOptions(poll_seconds=0.05))
+
+    async def body() -> Any:
+        return await handler
+
+    assert await serving(worker, body) == "STILL HERE"
+    assert store.failures == 0
+
+
+class _UnreachableOnce(InMemoryJournal):
+    """A store whose first snapshot read finds the database unreachable."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unreachable = 1
+
+    async def read_snapshot(self, run_id: str) -> Any:
+        if self.unreachable:
+            self.unreachable -= 1
+            raise StoreUnavailable(f"run {run_id!r}: the database is unreachable")
+        return await super().read_snapshot(run_id)
+
+
+async def test_a_run_the_store_cannot_load_for_now_is_claimed_again_not_failed() -> None:
+    store = _UnreachableOnce()
+    handler = await Echo(journal=store).submit(run_id="u1", text="later")
+    options = WorkerOptions(poll_seconds=0.05, lease_seconds=0.3)
+    worker = Worker([Echo(journal=store)], store, options)
+
+    async def body() -> Any:
+        return await handler
+
+    assert await serving(worker, body) == "LATER"
+    assert worker.claimed == 2  # again once the first claim's lease expired
+
+
+async def test_releasing_a_run_that_finished_under_the_lease_leaves_it_finished() -> None:
     store = InMemoryJournal()
     handler = await Echo(journal=store).submit(run_id="done", text="x")
     worker = Worker([Echo(journal=store)], store, WorkerOptions(poll_seconds=0.05))
@@ -237,6 +345,10 @@ async def test_a_finished_run_is_never_released() -> None:
     entry = await store.get_run("done")
     assert entry is not None and entry.owner is not None
     lease = Lease("done", entry.owner, entry.epoch)  # its last owner still holds the fence
-    with pytest.raises(LeaseLost, match=r"run 'done'.*has finished \(completed\)"):
-        await store.release_run(lease, status="queued")
-    assert (await store.get_run("done")).status == "completed"  # type: ignore[union-attr]
+    for status in ("queued", "parked"):
+        await store.release_run(lease, status=status)  # type: ignore[arg-type]
+    entry = await store.get_run("done")
+    assert entry is not None and entry.status == "completed"
+    assert await store.claim_runs("w2", ["Echo"]) == []
+    with pytest.raises(LeaseLost):  # a stale lease is still refused
+        await store.release_run(Lease("done", entry.owner, entry.epoch - 1))

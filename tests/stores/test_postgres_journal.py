@@ -273,18 +273,35 @@ async def test_a_fenced_append_after_a_takeover_is_refused_and_writes_nothing(
 
 
 @pytest.mark.anyio
-async def test_a_finished_run_is_never_released(store: PostgresJournal) -> None:
+async def test_releasing_a_run_that_finished_under_the_lease_leaves_it_finished(
+    store: PostgresJournal,
+) -> None:
     lease = store.register_run("r1", "Flow", SNAPSHOT, owner="w1")
     assert lease is not None
-    await store.append("r1", _records(0), final_status="completed", lease=lease)
-    # Its last owner still holds the fence (for its final snapshot), but giving the run
-    # back would have it run again.
-    for status in ("queued", "parked"):
-        with pytest.raises(LeaseLost, match=r"run 'r1'.*has finished \(completed\)"):
-            await store.release_run(lease, status=status)  # type: ignore[arg-type]
+    await store.append("r1", _records(0), None, "completed", lease=lease, outcome=RunOutcome(1))
+    await store.release_run(lease, status="queued")  # a worker stopping as the run ends
+    await store.release_run(lease, status="parked", wake_at=0.0)
     entry = await store.get_run("r1")
-    assert entry is not None and entry.status == "completed"
-    assert await store.claim_runs("w2", ["Flow"]) == []
+    assert entry is not None and entry.status == "completed" and entry.outcome == RunOutcome(1)
+    assert await store.claim_runs("w2", ["Flow"], limit=5) == []
+    stale = Lease("r1", "w1", 0)
+    with pytest.raises(LeaseLost, match="owned by w1 at epoch 1, not by w1 at epoch 0"):
+        await store.release_run(stale)
+
+
+@pytest.mark.anyio
+async def test_a_run_that_finished_under_its_lease_is_still_held_by_renewals(
+    store: PostgresJournal,
+) -> None:
+    # Its owner is writing its final snapshot: a renewal must not report it lost.
+    ending = store.register_run("ending", "Flow", SNAPSHOT, owner="w1")
+    running = store.register_run("running", "Flow", SNAPSHOT, owner="w1")
+    assert ending is not None and running is not None
+    await store.append("ending", _records(0), None, "completed", lease=ending)
+    assert store.renew_leases("w1", [ending, running], 30.0) == {"ending", "running"}
+    assert store.renew_leases("w1", [Lease("ending", "w1", 0)], 30.0) == set()
+    entry = await store.get_run("ending")
+    assert entry is not None and entry.lease_until is None  # finished: no lease renewed
 
 
 @pytest.mark.anyio

@@ -39,7 +39,13 @@ from tickwork.runtime.session import RunSession
 from tickwork.runtime.types.state import RunState
 from tickwork.stores import metrics
 from tickwork.stores.leases import process_owner
-from tickwork.stores.records import Claim, JournalError, LeaseLost, RunOutcome
+from tickwork.stores.records import (
+    Claim,
+    JournalError,
+    LeaseLost,
+    RunOutcome,
+    StoreUnavailable,
+)
 from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS, JournalStore
 
 __all__ = ["Worker", "WorkerOptions"]
@@ -128,14 +134,22 @@ class Worker:
         )
         try:
             while not self._stopping:
-                await self._claim()
-                await self._tend()
-                await self.store.touch_worker(self.worker_id, sorted(self.active))
+                try:
+                    await self._claim()
+                    await self._tend()
+                    await self.store.touch_worker(self.worker_id, sorted(self.active))
+                except JournalError as error:
+                    # The store retried and gave up (the database is down for longer):
+                    # keep serving, the runs here go on, and try again at the next poll.
+                    _log.warning("worker %s: the store failed: %s", self.worker_id, error)
                 with anyio.move_on_after(self.options.poll_seconds):
                     await self.store.wait_for_change(self.options.poll_seconds)
             await self._shut_down()
         finally:
-            await self.store.unregister_worker(self.worker_id)
+            try:
+                await self.store.unregister_worker(self.worker_id)
+            except JournalError as error:
+                _log.warning("worker %s: unregistering failed: %s", self.worker_id, error)
             self._stopped.set()
 
     def stop(self) -> None:
@@ -161,17 +175,21 @@ class Worker:
 
     async def _start(self, claim: Claim) -> None:
         run_id = claim.lease.run_id
+        workflow = self.workflows[claim.entry.workflow_name]
         stale = self.active.pop(run_id, None)
         if stale is not None:
-            # Its lease expired before we renewed it (a stalled process): that session is
-            # fenced off now; stop it before the new one starts.
-            stale.session.stop_here()
-            await stale.session.host_done.wait()
-        workflow = self.workflows[claim.entry.workflow_name]
+            await self._drop_stale(stale, claim)
         try:
-            handler = await resume_claimed(workflow, claim, self.options.lease_seconds)
+            handler = await resume_claimed(
+                workflow, claim, lease_seconds=self.options.lease_seconds
+            )
         except LeaseLost as error:
             _log.warning("run %s was taken over while it was loaded: %s", run_id, error)
+            return
+        except StoreUnavailable as error:
+            # Nothing is wrong with the run: its claim's lease (not renewed) expires and
+            # it is claimed again.
+            _log.warning("run %s could not be loaded, the store is unavailable: %s", run_id, error)
             return
         except Exception as error:
             _log.error("run %s cannot be loaded, it fails: %s", run_id, error, exc_info=error)
@@ -179,6 +197,22 @@ class Worker:
             return
         handler._session.discard_stream()
         self.active[run_id] = _Active(claim, handler, time.time())
+
+    async def _drop_stale(self, stale: _Active, claim: Claim) -> None:
+        """This worker claimed again a run it still runs: its lease had expired (its
+        renewals were late or failing) and the claim raised the epoch, so the old
+        session's writes would all be refused.  Stop it, publishing nothing, before the
+        run resumes from the journal under the new lease."""
+        session = stale.session
+        self.lost += 1
+        session.lose_lease(
+            LeaseLost(
+                f"run {claim.lease.run_id!r}: its lease expired and this worker claimed it "
+                f"again (epoch {claim.lease.epoch}); the session of epoch "
+                f"{stale.claim.lease.epoch} stops"
+            )
+        )
+        await session.host_done.wait()
 
     async def _fail(self, claim: Claim, error: BaseException) -> None:
         failure = JournalError(f"run {claim.lease.run_id!r} cannot be run: {error}")
@@ -236,7 +270,7 @@ class Worker:
         writer = session.writer
         lease = session.ownership.lease if session.ownership is not None else claim.lease
         if lease is None or writer is None or state.finished:
-            return
+            return  # a run that ended recorded its outcome: it is not given back
         try:
             if park and _parkable(state) and writer.settled:
                 await writer.write_compacting_snapshot(state)
@@ -249,6 +283,9 @@ class Worker:
                 await self.store.release_run(lease, status="queued")
         except LeaseLost as error:
             _log.warning("run %s was taken over before it was put back: %s", lease.run_id, error)
+        except JournalError as error:
+            # Its lease is no longer renewed: another worker claims it once it expires.
+            _log.warning("run %s could not be put back: %s", lease.run_id, error)
 
     async def _shut_down(self) -> None:
         """Let running steps finish for ``grace`` seconds, then hand every run back."""

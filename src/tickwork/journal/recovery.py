@@ -177,10 +177,10 @@ async def _resume(
 
 
 async def resume_claimed(
-    workflow: Any, claim: Claim, lease_seconds: float | None = None
+    workflow: Any, claim: Claim, *, lease_seconds: float | None = None
 ) -> WorkflowHandler:
-    """Start a claimed run under the claim's lease, renewed for ``lease_seconds`` at a
-    time (a worker of a fleet does this)."""
+    """Start a claimed run under the claim's lease (a worker of a fleet does this),
+    renewed for ``lease_seconds``: the lease time it was claimed with."""
     return await _resume(workflow, claim.entry, claim.lease, lease_seconds)
 
 

@@ -399,7 +399,9 @@ class RunSession:
         A new run stores its start event and ``options`` with its starting snapshot in
         one transaction; a resumed one (no start event) keeps what the store has.  The
         run is owned by this process from then on: with ``lease`` (a claim's), or with a
-        new lease it takes (``LeaseLost`` if another live process owns the run).
+        new lease it takes (``LeaseLost`` if another live process owns the run).  The
+        lease is renewed for ``lease_seconds`` (a claim's lease time; by default the
+        store's) every third of that time.
         """
         if self.writer is None or self.ownership is None:
             return

@@ -196,7 +196,7 @@ def encode_tick(tick: Tick, serializer: BaseSerializer | None = None) -> dict[st
 
 def opens_session(data: Any) -> bool:
     """Whether the journal record ``data`` is the record a session of a run opens with
-    (a :class:`SessionStart`: every start, resume or claim of a run writes one)."""
+    (a ``SessionStart``: every start, resume or claim of a run writes one)."""
     return isinstance(data, dict) and data.get("type") == _KINDS[SessionStart]
 
 

@@ -77,11 +77,40 @@ class _Held:
     on_lost: Callable[[str], None]
 
 
+class _Renewal:
+    """One renewal statement, run on a thread of its own so that the keeper can give up
+    waiting for it: a database that does not answer must not keep the keeper from
+    fencing itself in time."""
+
+    def __init__(self, store: JournalStore, owner: str, leases: list[Lease], seconds: float):
+        self.leases = leases
+        self.began = time.monotonic()
+        self.kept: set[str] = set()
+        self.error: Exception | None = None
+        self.done = threading.Event()
+        threading.Thread(
+            target=self._run, args=(store, owner, seconds), name="tickwork-renewal", daemon=True
+        ).start()
+
+    def _run(self, store: JournalStore, owner: str, seconds: float) -> None:
+        try:
+            self.kept = store.renew_leases(owner, self.leases, seconds)
+        except Exception as error:
+            self.error = error
+        finally:
+            self.done.set()
+
+
 class LeaseKeeper:
     """Renews the leases of ``owner`` on ``store`` from a daemon thread.
 
     ``hold(lease, on_lost)`` starts renewing a lease; ``drop(run_id)`` stops (the run
     ended, was parked or handed back).  The thread runs while leases are held.
+
+    The keeper fences itself (every held run is lost) when no renewal has succeeded for
+    0.8 x the lease time, counted from the start of the last successful one (when the
+    store extended the leases at the latest): whether renewals fail or hang, the
+    sessions stop before the leases expire and another worker may take the runs over.
     """
 
     def __init__(self, store: JournalStore, owner: str, lease_seconds: float) -> None:
@@ -93,6 +122,7 @@ class LeaseKeeper:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_success = time.monotonic()
+        self._renewal: _Renewal | None = None
 
     def hold(self, lease: Lease, on_lost: Callable[[str], None]) -> None:
         """Keep ``lease`` alive until :meth:`drop`; ``on_lost(reason)`` if it is lost."""
@@ -127,38 +157,65 @@ class LeaseKeeper:
                     self._thread = None
                     _forget(self)
                     return
-            self._wake.wait(self.lease_seconds / 3)
+            self._wake.wait(self._until_next_renewal())
             self._wake.clear()
             self._renew()
+
+    def _fence_at(self) -> float:
+        """When the keeper fences itself unless a renewal succeeds first (monotonic)."""
+        return self._last_success + self.lease_seconds * _SELF_FENCE_AT
+
+    def _until_next_renewal(self) -> float:
+        """A third of the lease time, or less when the self-fence is due sooner (renewals
+        were failing): the keeper must be awake to fence itself in time."""
+        return max(0.0, min(self.lease_seconds / 3, self._fence_at() - time.monotonic()))
 
     def _renew(self) -> None:
         leases = self.held()
         if not leases:
             return
-        began = time.monotonic()
-        try:
-            kept = self.store.renew_leases(self.owner, leases, self.lease_seconds)
-        except Exception as error:
+        renewal = self._renewal
+        if renewal is None:  # else the last one is still waiting for the database
+            renewal = self._renewal = _Renewal(self.store, self.owner, leases, self.lease_seconds)
+        if not renewal.done.wait(max(0.0, self._fence_at() - time.monotonic())):
+            # The database does not answer (a partition): the statement may still
+            # arrive, but these leases cannot be counted on any more.
+            self._renewal = None
+            self._fence_self(leases, "the database did not answer")
+            return
+        self._renewal = None
+        if renewal.error is not None:
             silent_for = time.monotonic() - self._last_success
             _log.warning(
                 "renewing %d lease(s) of %s failed (%s); last success %.1f s ago",
-                len(leases),
+                len(renewal.leases),
                 self.owner,
-                error,
+                renewal.error,
                 silent_for,
             )
-            if silent_for >= self.lease_seconds * _SELF_FENCE_AT:
-                self._lose(
-                    [lease.run_id for lease in leases],
-                    f"its lease could not be renewed for {silent_for:.1f} s ({error}); this "
-                    "worker fenced itself so that another may take the run over",
-                )
+            if time.monotonic() >= self._fence_at():
+                self._fence_self(leases, str(renewal.error))
             return
-        self._last_success = time.monotonic()
-        metrics.record("tickwork.fleet.renew_latency", self._last_success - began)
-        lost = [lease.run_id for lease in leases if lease.run_id not in kept]
+        self._last_success = renewal.began
+        metrics.record("tickwork.fleet.renew_latency", time.monotonic() - renewal.began)
+        lost = [lease.run_id for lease in renewal.leases if lease.run_id not in renewal.kept]
         if lost:
             self._lose(lost, "its lease was taken over by another worker")
+
+    def _fence_self(self, leases: list[Lease], why: str) -> None:
+        silent_for = time.monotonic() - self._last_success
+        _log.warning(
+            "no lease of %s renewed for %.1f s (%s): fencing itself, %d run(s) stop here",
+            self.owner,
+            silent_for,
+            why,
+            len(leases),
+        )
+        self._lose(
+            [lease.run_id for lease in leases],
+            f"its lease could not be renewed for {silent_for:.1f} s ({why}); this worker "
+            "fenced itself so that another may take the run over",
+        )
 
     def _lose(self, run_ids: list[str], reason: str) -> None:
         for run_id in run_ids:
@@ -172,13 +229,14 @@ class LeaseKeeper:
                     _log.exception("the lease-lost callback of run %s failed", run_id)
 
 
-_KEEPERS: dict[tuple[int, str], LeaseKeeper] = {}
+_KEEPERS: dict[tuple[int, str, float], LeaseKeeper] = {}
 _KEEPERS_LOCK = threading.Lock()
 
 
 def keeper_for(store: JournalStore, owner: str, lease_seconds: float) -> LeaseKeeper:
-    """The process's keeper for ``owner`` on ``store`` (one renewal thread each)."""
-    key = (id(store), owner)
+    """The process's keeper for ``owner``'s leases of ``lease_seconds`` on ``store`` (one
+    renewal thread each, renewing every third of ``lease_seconds``)."""
+    key = (id(store), owner, lease_seconds)
     with _KEEPERS_LOCK:
         keeper = _KEEPERS.get(key)
         if keeper is None or keeper.store is not store:
@@ -189,6 +247,6 @@ def keeper_for(store: JournalStore, owner: str, lease_seconds: float) -> LeaseKe
 def _forget(keeper: LeaseKeeper) -> None:
     """An idle keeper lets go of its store (a new one is made when needed)."""
     with _KEEPERS_LOCK:
-        key = (id(keeper.store), keeper.owner)
+        key = (id(keeper.store), keeper.owner, keeper.lease_seconds)
         if _KEEPERS.get(key) is keeper:
             del _KEEPERS[key]

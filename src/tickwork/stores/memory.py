@@ -412,14 +412,13 @@ class InMemoryJournal:
         kept: set[str] = set()
         for lease in leases:
             run = self._runs.get(lease.run_id)
-            if (
-                run is not None
-                and run.owner == owner
-                and run.epoch == lease.epoch
-                and run.status == "running"
-            ):
+            if run is None or run.owner != owner or run.epoch != lease.epoch:
+                continue
+            if run.status == "running":
                 run.lease_until = now + lease_seconds
                 kept.add(lease.run_id)
+            elif run.status in FINISHED:
+                kept.add(lease.run_id)  # ending: its last writes are still fenced by it
         return kept
 
     async def release_run(
@@ -431,11 +430,8 @@ class InMemoryJournal:
     ) -> None:
         run = self._run(lease.run_id)
         self._fence(lease.run_id, run, lease, f"releasing the run as {status}")
-        if run.status in FINISHED:  # given back, it would run again
-            raise LeaseLost(
-                f"run {lease.run_id!r}: releasing the run as {status} refused: the run has "
-                f"finished ({run.status})"
-            )
+        if run.status in FINISHED:
+            return  # it ended under this lease: there is nothing to give back
         run.status = status
         run.owner = None
         run.lease_until = None

@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
-from tickwork.stores.records import JournalError
+from tickwork.stores.records import JournalError, StoreUnavailable
 
 __all__ = ["is_transient", "pg_failure", "redact_dsn", "store_label"]
 
@@ -96,12 +96,12 @@ def is_transient(error: BaseException) -> bool:
 
 def pg_failure(error: psycopg.Error, label: str, action: str, attempts: int = 1) -> JournalError:
     """The :class:`JournalError` for ``error`` met while doing ``action`` (raise it
-    ``from error``): ``<label>: <action> failed: <error> (SQLSTATE x)<hint>``."""
+    ``from error``): ``<label>: <action> failed: <error> (SQLSTATE x)<hint>``; a
+    :class:`StoreUnavailable` when the connection or the server went away."""
     message = " ".join(str(error).split()) or type(error).__name__
     state = f" (SQLSTATE {error.sqlstate})" if error.sqlstate else ""
-    if is_connection_failure(error):
-        hint = _CONNECTION_HINT
-    else:
-        hint = _HINTS.get(error.sqlstate or "", "")
+    unavailable = is_connection_failure(error)
+    hint = _CONNECTION_HINT if unavailable else _HINTS.get(error.sqlstate or "", "")
     tried = f" after {attempts} attempts" if attempts > 1 else ""
-    return JournalError(f"{label}: {action} failed{tried}: {message}{state}{hint}")
+    text = f"{label}: {action} failed{tried}: {message}{state}{hint}"
+    return StoreUnavailable(text) if unavailable else JournalError(text)

@@ -36,7 +36,6 @@ from tickwork.stores.records import (
     InboxKind,
     JournalError,
     Lease,
-    LeaseLost,
     RunEntry,
     StreamItem,
     WorkerEntry,
@@ -136,12 +135,18 @@ class PostgresFleetStore(PostgresStoreBase):
         ``JournalError`` and the caller's next renewal tries again."""
         if not leases:
             return set()
+        # A run that finished under its lease is kept too (not renewed): its owner is
+        # still writing its final snapshot.
         sql = (
-            f"UPDATE {self._q}.runs AS r SET lease_until = now() + "
-            "make_interval(secs => %(lease_seconds)s) "
-            "FROM unnest(%(run_ids)s::text[], %(epochs)s::bigint[]) AS l(run_id, epoch) "
+            "WITH l AS (SELECT * FROM unnest(%(run_ids)s::text[], %(epochs)s::bigint[]) "
+            "AS l(run_id, epoch)), "
+            f"renewed AS (UPDATE {self._q}.runs AS r SET lease_until = now() + "
+            "make_interval(secs => %(lease_seconds)s) FROM l "
             "WHERE r.run_id = l.run_id AND r.epoch = l.epoch AND r.owner = %(owner)s "
-            "AND r.status = 'running' RETURNING r.run_id"
+            "AND r.status = 'running' RETURNING r.run_id) "
+            "SELECT run_id FROM renewed UNION ALL "
+            f"SELECT r.run_id FROM {self._q}.runs AS r JOIN l ON r.run_id = l.run_id "
+            f"AND r.epoch = l.epoch WHERE r.owner = %(owner)s AND r.status IN {FINISHED_SQL}"
         )
         params = {
             "owner": owner,
@@ -188,24 +193,23 @@ class PostgresFleetStore(PostgresStoreBase):
             if attempt and self._already_settled(conn, run_id, lease, status):
                 return
             if conn.execute(sql, params).rowcount == 0:
+                if self._finished_under(conn, run_id, lease):
+                    return  # nothing to give back
                 what = f"releasing the run as {status}"
-                raise self._finished(conn, run_id, what) or self._refused(
-                    conn, run_id, lease, what, None
-                )
+                raise self._refused(conn, run_id, lease, what, None)
             self._notify(conn, run_id)
 
         await self._call(write, action=f"releasing the run as {status}", run_id=run_id)
 
-    def _finished(self, conn: Connection, run_id: str, what: str) -> LeaseLost | None:
-        """The error of a write refused because ``run_id`` has finished (else ``None``):
-        a finished run is never given back, so that it cannot run again."""
+    def _finished_under(self, conn: Connection, run_id: str, lease: Lease) -> bool:
+        """Whether ``run_id`` finished under ``lease`` (its last owner and epoch stay)."""
         row = conn.execute(
-            f"SELECT status FROM {self._q}.runs WHERE run_id = %s AND status IN {FINISHED_SQL}",
+            f"SELECT status IN {FINISHED_SQL}, owner, epoch FROM {self._q}.runs WHERE run_id = %s",
             (run_id,),
         ).fetchone()
-        if row is None:
-            return None
-        return LeaseLost(f"{self._label(run_id)}: {what} refused: the run has finished ({row[0]})")
+        if row is None or not row[0]:
+            return False
+        return bool(row[1] == lease.owner and row[2] == lease.epoch)
 
     async def expire_owner(self, owner: str) -> int:
         sql = (

@@ -27,6 +27,7 @@ __all__ = [
     "RunStatus",
     "STREAM_SLOTS",
     "StatePatch",
+    "StoreUnavailable",
     "StreamItem",
     "WorkerEntry",
 ]
@@ -61,6 +62,12 @@ class LeaseLost(JournalError):
     Correctness never depends on clocks: an expired lease only makes a takeover
     possible, and the takeover is what makes the old owner's writes fail.
     """
+
+
+class StoreUnavailable(JournalError):
+    """The store could not be reached (a lost connection, a server down or restarting)
+    for longer than a call retries.  Nothing is known to be wrong with the run: the
+    call may succeed later."""
 
 
 @dataclass(frozen=True)

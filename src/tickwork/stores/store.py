@@ -251,8 +251,9 @@ class JournalStore(Protocol):
 
     def renew_leases(self, owner: str, leases: Sequence[Lease], lease_seconds: float) -> set[str]:
         """Extend ``owner``'s leases in one statement; the ids of the runs still held
-        (a lease missing from the result was lost).  Blocking: a renewal thread calls
-        it."""
+        (a lease missing from the result was lost).  A run that finished under its lease
+        counts as held: its owner is still writing its last records (the final
+        snapshot), which the lease fences.  Blocking: a renewal thread calls it."""
         ...
 
     async def release_run(
@@ -265,8 +266,8 @@ class JournalStore(Protocol):
         """Give a run back, fenced by ``lease``: ``queued`` (a worker shutting down hands
         it to others at once) or ``parked`` (it only waits: claimable again at
         ``wake_at`` or when its inbox gets an item).  The owner writes a compacting
-        snapshot first, so that the next claimer reads a short journal.  A finished run
-        is never given back (``LeaseLost``): it would run again."""
+        snapshot first, so that the next claimer reads a short journal.  A run that
+        finished under ``lease`` is left as it is (never made claimable again)."""
 
     async def expire_owner(self, owner: str) -> int:
         """End every lease of ``owner`` (a worker known to be dead); how many ended."""

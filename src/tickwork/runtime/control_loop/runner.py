@@ -296,7 +296,10 @@ class _Loop:
         pool = self.pool
         if isinstance(pool, AsyncioPool):
             try:
-                await self._drive(resumed)
+                if self.adapter.durable:
+                    await self._drive_beside_a_canceller(resumed)
+                else:
+                    await self._drive(resumed)
             finally:
                 pool.cancel_all()
                 self.unstarted.clear()
@@ -313,6 +316,28 @@ class _Loop:
                     self.unstarted.clear()
         assert self.exit is not None
         return self.exit
+
+    async def _drive_beside_a_canceller(self, resumed: bool) -> None:
+        """:meth:`_drive`, beside a task that cancels the step bodies as soon as the run
+        is cancelled.
+
+        asyncio step bodies are plain tasks, cancelled when this loop unwinds; a durable
+        loop may then be waiting for its store on a thread, which no cancellation
+        interrupts (a database that does not answer).  A session that lost its lease
+        must stop its step bodies at once all the same (trio's nursery does that).
+        """
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._cancel_steps_when_cancelled)
+            try:
+                await self._drive(resumed)
+            finally:
+                group.cancel_scope.cancel()
+
+    async def _cancel_steps_when_cancelled(self) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.pool.cancel_all()
 
     async def _drive(self, resumed: bool) -> None:
         adapter = self.adapter
