@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import heapq
 import logging
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -186,8 +187,6 @@ _TRIO_LOT: Any = None  # a trio.lowlevel.RunVar, made on first use under trio
 
 def _asyncio_loop() -> Any:
     """The running asyncio event loop, or ``None``."""
-    import sys
-
     if "asyncio" not in sys.modules:
         return None
     import asyncio
@@ -232,4 +231,4 @@ def current_lot(shutdown: Callable[[ParkingLot], None]) -> ParkingLot:
     if lot is None:
         lot = ParkingLot(shutdown)
         var.set(lot)
-    return lot  # type: ignore[no-any-return]
+    return lot

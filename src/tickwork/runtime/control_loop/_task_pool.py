@@ -115,12 +115,15 @@ class TrioPool(TaskPool):
 
     The nursery is the loop task's, given by ``attach``; a worker spawned before that (a
     parked run's loop reducing a tick in the posting task) starts once it is attached.
+    With ``wake_when_idle``, the exit of the last worker wakes the waiting loop, which
+    may then park its run (a trio worker counts until its task has exited).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, wake_when_idle: bool = False) -> None:
         import trio
 
         self._trio = trio
+        self._wake_when_idle = wake_when_idle
         self._nursery: Any = None
         self._scopes: dict[str, Any] = {}
         self._event: Any = None
@@ -147,9 +150,10 @@ class TrioPool(TaskPool):
                 self._scopes[key] = scope
                 await worker
         finally:
+            self._scopes.pop(key, None)
             self._live -= 1
-            if self._scopes.pop(key, None) is None and not self._live:
-                self.wake()  # the last cancelled worker is gone: the run may park now
+            if not self._live and self._wake_when_idle:
+                self.wake()
 
     def cancel(self, key: str) -> None:
         scope = self._scopes.pop(key, None)

@@ -230,7 +230,7 @@ class _Loop:
         self.run_id = run_id
         self.pending: deque[Tick] = deque()
         self.heap: TimerHeap = timers if timers is not None else []
-        self.heap_seq = max((seq for _, seq, _ in self.heap), default=0)
+        self.heap_seq = max(seq for _, seq, _ in timers) if timers else 0
         self.exit: RunExit | None = None
         self.idle_requested = False
         # A list, not a deque: it is always drained whole, and an empty deque costs a
@@ -245,7 +245,9 @@ class _Loop:
         # ticks wait for the loop task: every worker dispatched before a result is
         # processed gets to start first (see ``post``).
         self.unstarted: set[str] = set()
-        self.pool: TaskPool = AsyncioPool() if running_asyncio() else TrioPool()
+        self.pool: TaskPool = (
+            AsyncioPool() if running_asyncio() else TrioPool(wake_when_idle=self.drains_inline)
+        )
         self.run_step = adapter.run_step
         self.publish = adapter.publish
         self.spawn_context = adapter.spawn_context
@@ -318,7 +320,7 @@ class _Loop:
         return self.exit
 
     async def _drive_beside_a_canceller(self, resumed: bool) -> None:
-        """:meth:`_drive`, beside a task that cancels the step bodies as soon as the run
+        """``_drive``, beside a task that cancels the step bodies as soon as the run
         is cancelled.
 
         asyncio step bodies are plain tasks, cancelled when this loop unwinds; a durable
