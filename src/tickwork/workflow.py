@@ -51,6 +51,9 @@ _GRAPH_CHECKS = frozenset({"dead_end", "reachability", "terminal_event"})
 _ID_ALPHABET = string.ascii_letters + string.digits
 _ID_SPACE = len(_ID_ALPHABET) ** 10
 
+# Bound once: ``Context._for_step`` makes a new bound method at every access, which a
+# session would keep for its whole life.
+_STEP_CONTEXT = Context._for_step
 
 
 class WorkflowMeta(type):
@@ -464,7 +467,7 @@ class Workflow(metaclass=WorkflowMeta):
             init_state=init,
             run_id=run_id,
             store=ctx.store,
-            make_step_context=Context._for_step,
+            make_step_context=_STEP_CONTEXT,
             start_event=start,
             run_slots=self._concurrency_slots(),
             keep_journal=self._journal is not False and self._journal is not None,

@@ -179,6 +179,7 @@ class RunSession:
         "_cancel_scope",
         "_early_ticks",
         "_home",
+        "_host_done",
         "_journal_waiter",
         "_limiters",
         "_post",
@@ -194,7 +195,6 @@ class RunSession:
         "exit",
         "hard_aborted",
         "heartbeat_every",
-        "host_done",
         "invokers",
         "journal",
         "loop_thread",
@@ -238,8 +238,7 @@ class RunSession:
         self.start_event = start_event
         self.stream = EventStream()
         self.done = DoneFlag()
-        self.host_done = DoneFlag()
-        """Set once the run's task has fully stopped (after ``done``, which comes first)."""
+        self._host_done: DoneFlag | None = None  # made when asked for (see host_done)
         self.exit: RunExit | None = None
         self.hard_aborted = False
         self.journal: list[tuple[Tick, int]] | None = [] if keep_journal else None
@@ -291,6 +290,17 @@ class RunSession:
     # -- lifecycle -------------------------------------------------------------------
 
     @property
+    def host_done(self) -> DoneFlag:
+        """Set once the run's task has fully stopped (after ``done``, which comes first)
+        and the session let go of everything it held."""
+        flag = self._host_done
+        if flag is None:
+            flag = self._host_done = DoneFlag()
+            if self._post is _drop:  # already closed
+                flag.set()
+        return flag
+
+    @property
     def live(self) -> bool:
         """Whether the run has not ended yet (a hard abort ends it at once)."""
         return not (self.hard_aborted or self.done.is_set())
@@ -310,9 +320,7 @@ class RunSession:
         else:
             import trio
 
-            trio.lowlevel.spawn_system_task(
-                self._host, resumed, context=self.spawn_context.copy()
-            )
+            trio.lowlevel.spawn_system_task(self._host, resumed, context=self.spawn_context.copy())
 
     async def _host(self, resumed: ResumedLoop | None) -> None:
         parked = False
@@ -353,7 +361,8 @@ class RunSession:
         slots, self._run_slots = self._run_slots, None
         if slots is not None and self._turn is None:
             slots.release()
-        self.host_done.set()
+        if self._host_done is not None:
+            self._host_done.set()
 
     def _crashed(self, raised: BaseException) -> None:
         """The run's task raised: end the run with that error unless it already ended.
@@ -616,7 +625,7 @@ class RunSession:
                 "run %s was parked on an event loop that is no longer running; it is "
                 "aborted and %s is ignored",
                 self.run_id,
-                type(tick).__name__,
+                "its deadline" if tick is None else type(tick).__name__,
             )
             self.abort()
             return
