@@ -12,7 +12,6 @@ import logging
 import math
 import secrets
 import string
-import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +32,7 @@ from tickwork.resource_checks import validate_step_resources
 from tickwork.runtime.config import build_run_config
 from tickwork.runtime.default import DEFAULT_RUNTIME, InProcessRuntime
 from tickwork.runtime.run_slots import RunSlots
-from tickwork.runtime.session import RunSession, detect_backend
+from tickwork.runtime.session import LIVE_RUNS, RunSession, detect_backend
 from tickwork.runtime.step_shapes import discover_step_functions
 from tickwork.runtime.step_worker import StepInvokers
 from tickwork.runtime.types.state import RunConfig
@@ -52,8 +51,9 @@ _GRAPH_CHECKS = frozenset({"dead_end", "reachability", "terminal_event"})
 _ID_ALPHABET = string.ascii_letters + string.digits
 _ID_SPACE = len(_ID_ALPHABET) ** 10
 
-# Live runs by id, held weakly so a finished run leaves nothing behind.
-_LIVE_RUNS: weakref.WeakValueDictionary[str, RunSession] = weakref.WeakValueDictionary()
+# Bound once: ``Context._for_step`` makes a new bound method at every access, which a
+# session would keep for its whole life.
+_STEP_CONTEXT = Context._for_step
 
 
 class WorkflowMeta(type):
@@ -449,7 +449,7 @@ class Workflow(metaclass=WorkflowMeta):
         if options is not None and "timeout" in options and options["timeout"] != config.timeout:
             config = dataclasses.replace(config, timeout=options["timeout"])
         run_id = run_id or _new_run_id()
-        live = _LIVE_RUNS.get(run_id)
+        live = LIVE_RUNS.get(run_id)
         if live is not None and live.live:
             raise RuntimeError(f"a run with run_id {run_id!r} is already live in this process")
         if ctx is not None and ctx._step is not None:
@@ -475,7 +475,7 @@ class Workflow(metaclass=WorkflowMeta):
             init_state=init,
             run_id=run_id,
             store=ctx.store,
-            make_step_context=Context._for_step,
+            make_step_context=_STEP_CONTEXT,
             start_event=start,
             run_slots=self._concurrency_slots(),
             keep_journal=self._journal is not False and self._journal is not None,
@@ -486,7 +486,7 @@ class Workflow(metaclass=WorkflowMeta):
             None if resumable is not None else {"timeout": config.timeout}, lease, lease_seconds
         )
         ctx._bind_run(session)
-        _LIVE_RUNS[run_id] = session
+        LIVE_RUNS[run_id] = session
         session.start()
         return WorkflowHandler(ctx, session)
 

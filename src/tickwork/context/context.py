@@ -64,6 +64,11 @@ def _check_wait_timeout(timeout: Any) -> None:
         )
 
 
+_DEFAULT_SERIALIZER = JsonSerializer()
+"""The serializer of a context given none: it has no allow-list, hence no state, and is
+shared by every such context (one per run would be a third of a kilobyte each)."""
+
+
 def _compose_serializer(
     serializer: BaseSerializer, workflow: Any, state_type: type[BaseModel]
 ) -> BaseSerializer:
@@ -98,7 +103,7 @@ class Context(Generic[MODEL_T]):
         self._workflow = workflow
         self._state_type: type[BaseModel] = infer_state_type(workflow)
         self._serializer: BaseSerializer = _compose_serializer(
-            serializer or getattr(workflow, "serializer", None) or JsonSerializer(),
+            serializer or getattr(workflow, "serializer", None) or _DEFAULT_SERIALIZER,
             workflow,
             self._state_type,
         )
@@ -198,7 +203,7 @@ class Context(Generic[MODEL_T]):
         # The workflow layer hosts every step scope in a RunSession.
         session = cast("RunSession", scope.session)
         ctx._workflow = session.workflow
-        ctx._serializer = session.serializer or JsonSerializer()
+        ctx._serializer = session.serializer or _DEFAULT_SERIALIZER
         ctx._state_type = session.store.state_type
         ctx._snapshot = None
         ctx._staging_store = None
@@ -250,7 +255,7 @@ class Context(Generic[MODEL_T]):
     def _bind_run(self, session: RunSession) -> None:
         """Turn this pre-run context into the handler face of ``session``."""
         self._session = session
-        self._loop_thread = threading.get_ident()
+        self._loop_thread = session.loop_thread  # the same int: one less object per run
 
     # -- state -------------------------------------------------------------------------
 
@@ -261,7 +266,11 @@ class Context(Generic[MODEL_T]):
             store: InMemoryStateStore[MODEL_T] = self._session.store
             return store
         if self._staging_store is None:
-            self._staging_store = InMemoryStateStore(self._state_type())
+            self._staging_store = (
+                InMemoryStateStore._empty_dict_state()
+                if self._state_type is DictState
+                else InMemoryStateStore(self._state_type())
+            )
         return self._staging_store
 
     @property
