@@ -71,6 +71,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tickwork._version",
             "tickwork._deprecation",
             "tickwork._lazy",
+            "tickwork._otel",
             "tickwork.retry_policy._adapters",
             "tickwork._serde_fields",
             "tickwork._step_threads",

@@ -33,9 +33,11 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from tickwork._otel import span
 from tickwork._serde_fields import dump_exception
 from tickwork.handler import WorkflowHandler
 from tickwork.journal.recovery import resume_claimed
+from tickwork.runtime.durable import DurableWriter
 from tickwork.runtime.session import RunSession
 from tickwork.runtime.types.state import RunState
 from tickwork.stores import metrics
@@ -43,6 +45,7 @@ from tickwork.stores.leases import process_owner
 from tickwork.stores.records import (
     Claim,
     JournalError,
+    Lease,
     LeaseLost,
     RunOutcome,
     StoreUnavailable,
@@ -206,6 +209,12 @@ class Worker:
             await self._start(claim)
 
     async def _start(self, claim: Claim) -> None:
+        """Resume a claimed run here (in a ``tickwork.fleet.claim`` span, which the run's
+        span is a child of)."""
+        with span("tickwork.fleet.claim", _span_attributes(claim.lease)):
+            await self._resume(claim)
+
+    async def _resume(self, claim: Claim) -> None:
         run_id = claim.lease.run_id
         workflow = self.workflows[claim.entry.workflow_name]
         stale = self.active.pop(run_id, None)
@@ -309,6 +318,15 @@ class Worker:
         lease = session.ownership.lease if session.ownership is not None else claim.lease
         if lease is None or writer is None or state.finished:
             return  # a run that ended recorded its outcome: it is not given back
+        with span(
+            "tickwork.fleet.park" if park else "tickwork.fleet.release", _span_attributes(lease)
+        ):
+            await self._release(lease, state, writer, park=park)
+
+    async def _release(
+        self, lease: Lease, state: RunState, writer: DurableWriter, *, park: bool
+    ) -> None:
+        """Release the run (``parked`` when it only waits and ``park``, else queued)."""
         try:
             if park and _parkable(state) and writer.settled:
                 await writer.write_compacting_snapshot(state)
@@ -341,3 +359,12 @@ class Worker:
             await session.host_done.wait()
             await self._put_back(session, active.claim, park=_parkable(session.state))
             del self.active[run_id]
+
+
+def _span_attributes(lease: Lease) -> dict[str, str | int]:
+    """What the fleet's spans say about a run."""
+    return {
+        "tickwork.run_id": lease.run_id,
+        "tickwork.epoch": lease.epoch,
+        "tickwork.owner": lease.owner,
+    }

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tickwork._otel import span
 from tickwork.stores import metrics
 from tickwork.stores.records import Lease
 from tickwork.stores.store import JournalStore
@@ -94,7 +95,12 @@ class _Renewal:
 
     def _run(self, store: JournalStore, owner: str, seconds: float) -> None:
         try:
-            self.kept = store.renew_leases(owner, self.leases, seconds)
+            attributes: dict[str, str | int] = {
+                "tickwork.owner": owner,
+                "tickwork.leases": len(self.leases),
+            }
+            with span("tickwork.fleet.renew", attributes):
+                self.kept = store.renew_leases(owner, self.leases, seconds)
         except Exception as error:
             self.error = error
         finally:
@@ -223,10 +229,12 @@ class LeaseKeeper:
                 held = self._held.pop(run_id, None)
             if held is not None:
                 metrics.add("tickwork.fleet.lost_leases")
-                try:
-                    held.on_lost(reason)
-                except Exception:
-                    _log.exception("the lease-lost callback of run %s failed", run_id)
+                attributes = {"tickwork.run_id": run_id, "tickwork.reason": reason}
+                with span("tickwork.fleet.lease_lost", attributes):
+                    try:
+                        held.on_lost(reason)
+                    except Exception:
+                        _log.exception("the lease-lost callback of run %s failed", run_id)
 
 
 _KEEPERS: dict[tuple[int, str, float], LeaseKeeper] = {}
