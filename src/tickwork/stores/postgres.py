@@ -35,6 +35,7 @@ except ImportError as missing:  # pragma: no cover - depends on the installation
 
 from tickwork.stores.postgres_core import (
     Connection,
+    autocommit,
     dumps,
     fence_params,
     fence_sql,
@@ -265,11 +266,12 @@ class PostgresJournal(PostgresFleetStore):
         )
 
         def write(conn: Connection, attempt: int) -> None:
-            if attempt and self._already_appended(conn, params, lease, final_status):
-                return
-            self._execute_append(conn, sql, params, lease)
-            if final_status is not None or stream:
-                self._notify(conn, run_id)
+            with autocommit(conn):  # the append is one statement (each step waits on it)
+                if attempt and self._already_appended(conn, params, lease, final_status):
+                    return
+                self._execute_append(conn, sql, params, lease)
+                if final_status is not None or stream:
+                    self._notify(conn, run_id)
 
         if not records:
             action = "updating the run"

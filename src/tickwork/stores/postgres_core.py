@@ -15,7 +15,7 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import anyio
@@ -76,6 +76,19 @@ def outcome_texts(outcome: RunOutcome | None, label: str) -> tuple[str | None, s
     result = dumps(outcome.result, label, "the run's result")
     error = None if outcome.error is None else dumps(dict(outcome.error), label, "its error")
     return result, error
+
+
+@contextlib.contextmanager
+def autocommit(conn: Connection) -> Iterator[None]:
+    """Run a write of one statement without ``BEGIN`` and ``COMMIT``: the statement is
+    atomic by itself, and it costs one round trip to the server instead of three."""
+    conn.autocommit = True
+    try:
+        yield
+    finally:
+        # A broken connection is discarded by the pool; nothing to restore then.
+        with contextlib.suppress(psycopg.Error):
+            conn.autocommit = False
 
 
 def fence_sql(lease: Lease | None) -> str:
