@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,6 +220,20 @@ class Fleet:
     def owner_pids(self) -> dict[str, int]:
         """Worker (owner) id -> pid, for every worker that announced itself."""
         return {w.worker_id() or f"?{w.pid}": w.pid for w in self.all_workers()}
+
+
+def drive(main: Callable[[], Awaitable[None]], seconds: float, fleet: Fleet) -> None:
+    """Run the test's coroutine ``main`` in an event loop of its own, failing after
+    ``seconds``; any failure carries the workers' logs."""
+
+    async def bounded() -> None:
+        with anyio.fail_after(seconds):
+            await main()
+
+    try:
+        anyio.run(bounded)
+    except BaseException as error:
+        raise AssertionError(f"{error!r}\n{fleet.logs()}") from error
 
 
 @contextmanager

@@ -38,6 +38,7 @@ from tests.fleet.fault_support import (
     Fleet,
     Followed,
     audited,
+    drive,
     follow_trial,
     install_audit,
     query,
@@ -128,14 +129,7 @@ def test_workers_with_wrong_clocks_never_take_live_runs(
             finally:
                 store.close()
 
-        async def bounded() -> None:
-            with anyio.fail_after(120):
-                await main()
-
-        try:
-            anyio.run(bounded)
-        except BaseException as error:
-            raise AssertionError(f"{error!r}\n{fleet.logs()}") from error
+        drive(main, 120, fleet)
     context = fleet.logs()
     wrong = [(run_id, left) for run_id, left in leases_seen if not -LEASE < left <= LEASE + 0.5]
     assert leases_seen and not wrong, f"leases not on the database's clock: {wrong[:10]}"

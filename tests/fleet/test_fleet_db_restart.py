@@ -38,6 +38,7 @@ from tests.fleet.fault_support import (
     Fleet,
     Followed,
     audited,
+    drive,
     follow_trial,
     install_audit,
     query,
@@ -167,14 +168,7 @@ def test_every_run_finishes_across_an_immediate_database_restart(
             finally:
                 store.close()
 
-        async def bounded() -> None:
-            with anyio.fail_after(180):
-                await main()
-
-        try:
-            anyio.run(bounded)
-        except BaseException as error:
-            raise AssertionError(f"{error!r}\n{fleet.logs()}") from error
+        drive(main, 180, fleet)
         assert _alive(fleet) == [0, 1, 2], f"a worker died:\n{fleet.logs()}"
     context = f"restarts took {restarts} s\n{fleet.logs()}"
     journals = audited(dsn, schema)
@@ -235,14 +229,7 @@ def test_workers_outlive_an_outage_longer_than_the_store_retries(
             finally:
                 store.close()
 
-        async def bounded() -> None:
-            with anyio.fail_after(180):
-                await main()
-
-        try:
-            anyio.run(bounded)
-        except BaseException as error:
-            raise AssertionError(f"{error!r}\n{fleet.logs()}") from error
+        drive(main, 180, fleet)
         assert _alive(fleet) == [0, 1], f"a worker died:\n{fleet.logs()}"
     assert results == [reference_result(4, 3)] * runs
     check_settled(dsn, schema)

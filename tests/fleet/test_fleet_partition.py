@@ -42,6 +42,7 @@ from tests.fleet.fault_support import (
     Fleet,
     Followed,
     audited,
+    drive,
     follow_trial,
     install_audit,
     query,
@@ -225,14 +226,7 @@ def test_a_partitioned_worker_fences_itself_and_another_takes_its_runs_over(
                 finally:
                     store.close()
 
-            async def bounded() -> None:
-                with anyio.fail_after(180):
-                    await main()
-
-            try:
-                anyio.run(bounded)
-            except BaseException as error:
-                raise AssertionError(f"{error!r}\n{fleet.logs()}") from error
+            drive(main, 180, fleet)
             try:
                 marks["compacted_after"] = wait_compacted(dsn, schema)
             except AssertionError as error:
