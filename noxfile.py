@@ -1,5 +1,5 @@
 """Developer sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s docs``, ``nox -s bench``,
-``nox -s compat``, ``nox -s build``.
+``nox -s compat``, ``nox -s build``, ``nox -s fleet``.
 
 Sessions use the interpreter that runs nox (no pinned Python version), so they work on a
 fresh machine with whatever Python >= 3.10 is installed. Each session gets its own venv
@@ -9,6 +9,8 @@ packages installed by hand.
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -37,6 +39,28 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", *LINT_PATHS)
     session.run("ruff", "format", "--check", *LINT_PATHS)
     session.run("mypy", "--strict", "src/tickwork")
+
+
+@nox.session
+def fleet(session: nox.Session) -> None:
+    """The fleet's long fault tests (marked ``fleet_slow``): 30 crash trials with random
+    SIGKILLs, a network partition, immediate database restarts, a 1,000-run soak.
+
+    They need PostgreSQL (a missing server fails them): the server ``TW_PG_DSN`` names,
+    or else a throwaway cluster started for the session from this machine's server
+    binaries (``.ci/postgres.sh``) and stopped after.  The database restart test
+    always starts a cluster of its own.  Takes several minutes; arguments after ``--``
+    go to pytest.
+    """
+    session.install("-e", ".[test]")
+    pytest = ["python", "-m", "pytest", "-m", "fleet_slow", "-rA", "-s", *session.posargs]
+    env = {"TW_REQUIRE_POSTGRES": "1"}
+    if os.environ.get("TW_PG_DSN"):
+        session.run(*pytest, env=env)
+        return
+    command = " ".join(shlex.quote(part) for part in pytest)
+    script = f"source .ci/postgres.sh && pg_start >/dev/null && trap pg_stop EXIT && {command}"
+    session.run("bash", "-c", script, env=env, external=True)
 
 
 @nox.session

@@ -39,6 +39,30 @@ class Scenario:
     # Scenario-specific note from (n, median seconds), e.g. a throughput.
     note: Callable[[int, float], str] | None = None
     goal: str = ""
+    # Why the scenario cannot run here (``None``: it can), e.g. no Postgres server; the
+    # runner then prints a "skipped" row with the reason instead of measuring.
+    requires: Callable[[], str | None] | None = None
+    # The largest n the scenario runs (worker processes on a 2-core machine): larger sizes
+    # asked for with ``--sizes`` are lowered to it.
+    max_size: int | None = None
+    # The n the smoke tests run it at, when their own tiny size would be slow here (a
+    # scenario that starts processes, waits for leases or polls).
+    tiny: int | None = None
+
+    def unavailable(self) -> str | None:
+        """Why this scenario cannot run here, or ``None``."""
+        return self.requires() if self.requires is not None else None
+
+    def fit(self, sizes: tuple[int, ...]) -> tuple[int, ...]:
+        """``sizes`` lowered to ``max_size``, without repeats, in order."""
+        if self.max_size is None:
+            return sizes
+        fitted: list[int] = []
+        for n in sizes:
+            n = min(n, self.max_size)
+            if n not in fitted:
+                fitted.append(n)
+        return tuple(fitted)
 
 
 def expect(what: str, actual: object, expected: object) -> None:

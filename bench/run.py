@@ -10,6 +10,10 @@ time per item (hop, task, run or event), that time as a multiple of the raw-asyn
 the ``baseline`` scenario, and for size sweeps the growth exponent
 ``log(t2/t1) / log(n2/n1)`` between consecutive sizes (1.0 is linear). Every scenario checks
 its own result; one that fails is reported and makes the exit status 1, never skipped.
+The Postgres scenarios run on a throwaway cluster with fsync on that the bench starts
+itself and stops at the end (``bench/_postgres.py``; ``TW_BENCH_PG_DSN`` names another
+server, or ``off``). A scenario that needs something this machine lacks gets a row saying
+so.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ if not __package__:
     # the bench/ directory itself off sys.path so its modules shadow nothing.
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from bench import _postgres
 from bench._harness import Scenario
 
 # Scenario name -> module defining ``SCENARIO``, in the order they run.
@@ -51,6 +56,14 @@ SCENARIO_MODULES = {
     "snapshot": "bench.snapshot",
     "replay": "bench.replay",
     "durable_chain": "bench.durable_chain",
+    "import": "bench.import_time",
+    "durable_chain_pg": "bench.durable_chain_pg",
+    "fleet": "bench.fleet",
+    "failover": "bench.failover",
+    "parked_wake": "bench.parked_wake",
+    "parked_wake_poll": "bench.parked_wake_poll",
+    "worker_parked": "bench.worker_parked",
+    "durable_concurrent": "bench.durable_concurrent",
 }
 BASELINE = "baseline"
 DEFAULT_REPS = 5
@@ -80,6 +93,7 @@ class Outcome:
     name: str
     rows: list[Row]
     error: str | None = None
+    skipped: str | None = None  # why the scenario could not run here
 
 
 def growth_exponent(n1: int, t1: float, n2: int, t2: float) -> float:
@@ -187,6 +201,11 @@ def render_table(outcomes: Sequence[Outcome]) -> str:
         if outcome.error is not None:
             table.append((outcome.name, "-", "-", "-", "-", "-", "-", "-", "FAILED, see below"))
             continue
+        if outcome.skipped is not None:
+            table.append(
+                (outcome.name, "-", "-", "-", "-", "-", "-", "-", f"skipped: {outcome.skipped}")
+            )
+            continue
         previous: Row | None = None
         for row in outcome.rows:
             scenario = row.scenario
@@ -265,12 +284,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(message, file=sys.stderr, flush=True)
 
     print(_environment(reps), flush=True)
+    try:
+        return _run(args, reps, log)
+    finally:
+        _postgres.shutdown()  # the cluster of the Postgres scenarios, if one was started
+
+
+def _run(args: argparse.Namespace, reps: int, log: Callable[[str], None]) -> int:
+    """Run the selected scenarios, print the table; the exit status."""
     outcomes: list[Outcome] = []
     for name in _selected(args.only):
         try:
             scenario = load_scenario(name)
+            reason = scenario.unavailable()
+            if reason is not None:
+                log(f"{name}: skipped: {reason}")
+                outcomes.append(Outcome(name, [], skipped=reason))
+                continue
             sizes = args.sizes or (scenario.quick_sizes if args.quick else scenario.sizes)
-            outcomes.append(Outcome(name, measure(scenario, sizes, reps, log)))
+            outcomes.append(Outcome(name, measure(scenario, scenario.fit(sizes), reps, log)))
         except Exception:
             outcomes.append(Outcome(name, [], traceback.format_exc()))
     print()

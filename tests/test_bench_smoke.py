@@ -7,7 +7,11 @@ the table. Scenarios that need the runtime are skipped until ``tickwork.Workflow
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import math
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,15 +24,23 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # ``bench`` lives at the repository root, not under src/
     sys.path.insert(0, str(ROOT))
 
-from bench import run  # noqa: E402
+from bench import import_time, run  # noqa: E402
 from bench._harness import BenchmarkError, Scenario, expect  # noqa: E402
 
 TINY = 10
+# ``import`` starts two fresh interpreters per unit of size: one is enough here.
 RUNTIME_SCENARIOS = [name for name in run.SCENARIO_MODULES if name != run.BASELINE]
 needs_runtime = pytest.mark.skipif(
     not hasattr(tickwork, "Workflow"),
     reason="tickwork.Workflow is not importable yet (the runtime has not landed)",
 )
+
+
+@pytest.fixture(autouse=True)
+def _bench_postgres(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Postgres scenarios use the test server (``TW_PG_DSN``), or are skipped: the
+    cluster with fsync on that the bench starts for itself takes seconds to start."""
+    monkeypatch.setenv("TW_BENCH_PG_DSN", os.environ.get("TW_PG_DSN", "").strip() or "off")
 
 
 def test_baseline_runs_and_checks_its_result() -> None:
@@ -38,20 +50,86 @@ def test_baseline_runs_and_checks_its_result() -> None:
 
 @needs_runtime
 @pytest.mark.parametrize("name", RUNTIME_SCENARIOS)
-def test_scenario_runs_at_a_tiny_size(name: str) -> None:
+def test_scenario_runs_at_a_tiny_size(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     scenario = run.load_scenario(name)
-    assert scenario.measure(TINY) > 0
+    reason = scenario.unavailable()
+    if reason is not None:  # e.g. the Postgres scenarios without TW_PG_DSN
+        pytest.skip(reason)
+    module = importlib.import_module(run.SCENARIO_MODULES[name])
+    if hasattr(module, "RUNS"):  # the fleet's batch of runs, whatever the worker count
+        monkeypatch.setattr(module, "RUNS", 20)
+    n = scenario.tiny or TINY
+    assert scenario.measure(n) > 0
     if scenario.extra_pass is not None:
-        assert scenario.extra_pass(TINY)
+        assert scenario.extra_pass(n)
 
 
 @needs_runtime
-def test_runner_prints_a_row_for_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+def test_runner_prints_a_row_for_every_scenario(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The scenarios with a tiny size of their own start processes or wait for leases:
+    # test_scenario_runs_at_a_tiny_size measures them; here they only need their row.
+    load = run.load_scenario
+
+    def light(name: str) -> Scenario:
+        scenario = load(name)
+        if scenario.tiny is None:
+            return scenario
+        return dataclasses.replace(scenario, measure=lambda n: 1e-3, extra_pass=None, note=None)
+
+    monkeypatch.setattr(run, "load_scenario", light)
     assert run.main(["--sizes", f"{TINY},{TINY * 2}", "--reps", "1"]) == 0
     out = capsys.readouterr().out
     for name in run.SCENARIO_MODULES:
         assert f"\n{name} " in out, f"no row for {name}:\n{out}"
     assert "FAILED" not in out
+
+
+def test_the_import_row_gives_both_ratios(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run.main(["--only", "import", "--sizes", "1", "--reps", "1"]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("import ")]
+    assert re.search(r"\d+\.\d\dx `import pydantic, anyio` \(\d+ ms\)", row), row
+    assert re.search(r"importtime [\d.]+ ms = \d+\.\d\dx", row), row
+
+
+def test_importtime_reports_are_read_without_the_start_up() -> None:
+    report = "\n".join(
+        [
+            "import time: self [us] | cumulative | imported package",
+            "import time:       300 |        500 | encodings",
+            "import time:       100 |        200 |   _distutils_hack",
+            "import time:      1000 |       9000 | site",
+            "import time:       400 |       1500 | pydantic",
+            "import time:      1100 |       1100 |   pydantic_core",
+            "import time:       250 |        250 | anyio",
+            "something a child printed",
+        ]
+    )
+    assert import_time.import_seconds(report) == pytest.approx(1750e-6)
+    with pytest.raises(BenchmarkError, match="site"):
+        import_time.import_seconds("import time:       400 |       1500 | pydantic")
+
+
+def test_a_scenario_that_cannot_run_here_gets_a_row_saying_why(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def never(n: int) -> float:
+        raise AssertionError("an unavailable scenario is not measured")
+
+    absent = Scenario("baseline", "needs a server", "hop", (1,), (1,), never)
+    absent = dataclasses.replace(absent, requires=lambda: "no server here")
+    monkeypatch.setattr(run, "load_scenario", lambda name: absent)
+    assert run.main(["--only", "baseline", "--reps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped: no server here" in out and "FAILED" not in out
+
+
+def test_sizes_are_lowered_to_a_scenarios_limit() -> None:
+    scenario = Scenario("x", "", "worker", (1, 2, 4), (1,), lambda n: 1.0, max_size=4)
+    assert scenario.fit((1, 2, 4)) == (1, 2, 4)
+    assert scenario.fit((10, 20)) == (4,)
+    assert dataclasses.replace(scenario, max_size=None).fit((10, 20)) == (10, 20)
 
 
 def test_runner_table_for_the_baseline(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,10 +16,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "tickwork"
 # drawing's docstring renderer documents them) is fine.
 SPHINX_ROLE = re.compile(r"(?<!`):(?:py:)?(?:class|func|meth|mod|attr|exc|data|obj):`[^`]*`")
 
-# Parts of the package edited concurrently elsewhere; remove a prefix once its files are
-# converted (the test below fails when a listed prefix has no role left, as a reminder).
-PENDING = ("_cli/", "fleet/", "stores/")
-
 
 def _files_with_roles() -> dict[str, int]:
     found: dict[str, int] = {}
@@ -41,10 +37,7 @@ def test_the_role_pattern() -> None:
 
 def test_docstrings_use_no_sphinx_roles() -> None:
     found = _files_with_roles()
-    unexpected = {name: n for name, n in found.items() if not name.startswith(PENDING)}
-    assert not unexpected, (
+    assert not found, (
         "write ``Name`` instead of :class:`Name` (mkdocstrings renders docstrings as "
-        f"Markdown): {unexpected}"
+        f"Markdown): {found}"
     )
-    converted = [p for p in PENDING if not any(name.startswith(p) for name in found)]
-    assert not converted, f"no roles left under {converted}: remove them from PENDING"

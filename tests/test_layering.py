@@ -4,8 +4,10 @@ Nothing here imports tickwork: every module under ``src/tickwork`` is parsed, it
 are resolved to module names, and the rules below are asserted on that graph.
 
 **Every import counts**: at module level (including inside ``try``/``if`` and class
-bodies), inside functions (a lazy import hides a cycle, it does not remove it) and under
-``if TYPE_CHECKING:`` (an annotation still couples the two modules).  On that graph:
+bodies), inside functions (a lazy import hides a cycle, it does not remove it), under
+``if TYPE_CHECKING:`` (an annotation still couples the two modules) and in the table of
+a package's lazily re-exported names (``tickwork._lazy.lazy_exports``: the module each
+name comes from is imported on first use).  On that graph:
 
 * there is no import cycle anywhere;
 * each module belongs to exactly one layer of :data:`LAYERS`, and imports only from its
@@ -68,6 +70,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "tickwork._version",
             "tickwork._deprecation",
+            "tickwork._lazy",
+            "tickwork._otel",
             "tickwork.retry_policy._adapters",
             "tickwork._serde_fields",
             "tickwork._step_threads",
@@ -208,6 +212,30 @@ def _targets(
         yield submodule if submodule in known else base
 
 
+def _is_lazy_exports_call(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    return name == "lazy_exports"
+
+
+def lazy_export_tables(tree: ast.AST) -> Iterator[tuple[ast.Call, dict[str, str]]]:
+    """Each ``lazy_exports(__name__, {...})`` call under ``tree`` and its table (name ->
+    module).  The table must be a plain dict literal, so that it can be read here."""
+    for node in ast.walk(tree):
+        if not _is_lazy_exports_call(node):
+            continue
+        assert isinstance(node, ast.Call)
+        literal = next((a for a in node.args if isinstance(a, ast.Dict)), None)
+        assert literal is not None, f"line {node.lineno}: lazy_exports needs a dict literal"
+        table: dict[str, str] = {}
+        for key, value in zip(literal.keys, literal.values, strict=True):
+            assert key is not None, f"line {node.lineno}: no ** in a lazy_exports table"
+            table[ast.literal_eval(key)] = ast.literal_eval(value)
+        yield node, table
+
+
 def collect_imports(module: ModuleInfo, known: set[str]) -> list[Import]:
     found: list[Import] = []
 
@@ -216,6 +244,11 @@ def collect_imports(module: ModuleInfo, known: set[str]) -> list[Import]:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for target in _targets(module, node, known):
                     found.append(Import(module.name, target, node.lineno, top_level, type_checking))
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.Expr)):
+                # A lazy re-export imports its module when the name is first read.
+                for call, table in lazy_export_tables(node):
+                    for target in sorted(set(table.values())):
+                        found.append(Import(module.name, target, call.lineno, False, type_checking))
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 visit(node.body, top_level=False, type_checking=type_checking)
             elif isinstance(node, ast.If) and _is_type_checking_test(node.test):
@@ -474,9 +507,15 @@ def test_no_import_cycles(modules: dict[str, ModuleInfo]) -> None:
 
 
 def _names_bound_at_module_level(tree: ast.Module) -> set[str]:
+    """Names a module binds at its top level, counting the ``if TYPE_CHECKING:`` imports
+    of a module that re-exports them lazily (PEP 562); ``test_public_paths.py`` checks
+    that they resolve at run time."""
     bound: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+    nodes = list(tree.body)
+    for node in nodes:
+        if isinstance(node, ast.If) and _is_type_checking_test(node.test):
+            nodes.extend(node.body)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             bound.update((a.asname or a.name).split(".")[0] for a in node.names)
@@ -501,6 +540,42 @@ def _declared_all(tree: ast.Module) -> list[str] | None:
             assert isinstance(value, (ast.List, ast.Tuple)), "__all__ must be a literal list"
             return [ast.literal_eval(elt) for elt in value.elts]
     return None
+
+
+def _type_checking_imports(tree: ast.Module) -> set[tuple[str, str]]:
+    """``(module, bound name)`` of each ``from module import ...`` under a top-level
+    ``if TYPE_CHECKING:``."""
+    found: set[tuple[str, str]] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and _is_type_checking_test(node.test):
+            for child in node.body:
+                if isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                    found.update((child.module, a.asname or a.name) for a in child.names)
+    return found
+
+
+def test_lazily_exported_names_are_visible_to_type_checkers(
+    modules: dict[str, ModuleInfo],
+) -> None:
+    """A name re-exported on first use (PEP 562) is imported under ``TYPE_CHECKING`` from
+    the module its table names, so that mypy and IDEs see it where users import it."""
+    tables = [
+        (name, table)
+        for name, info in modules.items()
+        for _call, table in lazy_export_tables(info.tree)
+    ]
+    assert tables, "no lazy_exports table found: did the helper move?"
+    missing = [
+        f"{name}: {export} from {source}"
+        for name, table in tables
+        for export, source in table.items()
+        if (source, export) not in _type_checking_imports(modules[name].tree)
+    ]
+    assert not missing, "lazy names without an `if TYPE_CHECKING:` import:\n" + "\n".join(missing)
+    unknown = [
+        f"{name}: {source}" for name, t in tables for source in t.values() if source not in modules
+    ]
+    assert not unknown, f"lazy_exports tables name modules that do not exist: {unknown}"
 
 
 def test_control_loop_facade_exports_exactly_the_four_names(
@@ -601,6 +676,27 @@ def test_checker_reports_cycles_through_lazy_imports_too(tmp_path: Path) -> None
         ["pkg.d", "pkg.e", "pkg.d"],
         ["pkg.f", "pkg.f"],
     ]
+
+
+def test_checker_counts_lazily_exported_names_as_imports(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": (
+                "from pkg._lazy import lazy_exports\n"
+                "__getattr__, __dir__ = lazy_exports(__name__, {'Thing': 'pkg.a'})\n"
+            ),
+            "pkg/_lazy.py": "def lazy_exports(package, table): ...\n",
+            "pkg/a.py": "import pkg.b\nThing = 1\n",
+            "pkg/b.py": "from pkg._lazy import lazy_exports\n"
+            "__getattr__, __dir__ = lazy_exports(__name__, {'Thing': 'pkg.a'})\n",
+        },
+    )
+    mods = load_package(tmp_path, "pkg")
+    seen = {(i.target, i.top_level, i.type_checking) for i in mods["pkg"].imports}
+    assert seen == {("pkg._lazy", True, False), ("pkg.a", False, False)}
+    # pkg.b -> pkg.a only through its lazy table, and still a cycle.
+    assert find_cycles(mods) == [["pkg.a", "pkg.b", "pkg.a"]]
 
 
 def test_layer_of_picks_the_longest_prefix() -> None:

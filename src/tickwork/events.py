@@ -23,6 +23,7 @@ from pydantic import (
 )
 from typing_extensions import Self
 
+from tickwork._lazy import built_on_first_use
 from tickwork._serde_fields import (
     UnreconstructedException,
     dump_event,
@@ -99,6 +100,7 @@ class _PlainInit(dict[type, bool]):
 _PLAIN_INIT = _PlainInit()
 
 
+@built_on_first_use
 class DictLikeModel(BaseModel):
     """A pydantic model whose undeclared keyword arguments become *dynamic fields*.
 
@@ -107,7 +109,7 @@ class DictLikeModel(BaseModel):
     the dynamic fields, never the declared ones.
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, defer_build=True)
 
     # ``_data`` (and ``StopEvent._result``) live in ``__pydantic_private__`` but are not
     # declared with ``PrivateAttr``: pydantic re-initializes declared private attributes
@@ -348,15 +350,18 @@ class DictLikeModel(BaseModel):
         return True
 
 
-class Event(DictLikeModel):
+@built_on_first_use
+class Event(DictLikeModel, defer_build=True):
     """Base class of everything passed between steps."""
 
 
-class StartEvent(Event):
+@built_on_first_use
+class StartEvent(Event, defer_build=True):
     """The event a run starts with; ``run(**kwargs)`` becomes its dynamic fields."""
 
 
-class StopEvent(Event):
+@built_on_first_use
+class StopEvent(Event, defer_build=True):
     """Returned by a step to end the run; ``result`` becomes the run's result."""
 
     _manual_private: ClassVar[dict[str, Any]] = {"_data": None, "_result": None}
@@ -451,18 +456,21 @@ SerializableEventType = Annotated[
 EventType = type[Event]
 
 
-class WorkflowTimedOutEvent(StopEvent):
+@built_on_first_use
+class WorkflowTimedOutEvent(StopEvent, defer_build=True):
     """Published last when the run's alive-time budget runs out."""
 
     timeout: float
     active_steps: list[str]
 
 
-class WorkflowCancelledEvent(StopEvent):
+@built_on_first_use
+class WorkflowCancelledEvent(StopEvent, defer_build=True):
     """Published last when the run is cancelled with ``cancel_run()``."""
 
 
-class WorkflowFailedEvent(StopEvent):
+@built_on_first_use
+class WorkflowFailedEvent(StopEvent, defer_build=True):
     """Published last when a step failure (or a stuck stream) ends the run."""
 
     step_name: str
@@ -471,19 +479,23 @@ class WorkflowFailedEvent(StopEvent):
     elapsed_seconds: Optional[float] = None
 
 
-class IdleReleasedEvent(StopEvent):
+@built_on_first_use
+class IdleReleasedEvent(StopEvent, defer_build=True):
     """Kept for compatibility; tickwork never produces it."""
 
 
-class InputRequiredEvent(Event):
+@built_on_first_use
+class InputRequiredEvent(Event, defer_build=True):
     """Returned (or published) when the run needs a human; it is published to the stream."""
 
 
-class HumanResponseEvent(Event):
+@built_on_first_use
+class HumanResponseEvent(Event, defer_build=True):
     """Sent by the caller to answer an ``InputRequiredEvent``."""
 
 
-class StepFailedEvent(Event):
+@built_on_first_use
+class StepFailedEvent(Event, defer_build=True):
     """Delivered to a ``@catch_error`` handler when a step's retries are exhausted."""
 
     step_name: str
@@ -494,7 +506,8 @@ class StepFailedEvent(Event):
     failed_at: datetime
 
 
-class CollectionReleaseEvent(Event):
+@built_on_first_use
+class CollectionReleaseEvent(Event, defer_build=True):
     """The trigger of a ``list[E]`` join invocation; never published or routed."""
 
     events: list[SerializableEvent] = Field(default_factory=list)
@@ -502,7 +515,8 @@ class CollectionReleaseEvent(Event):
     binding_id: str = ""
 
 
-class InternalDispatchEvent(Event):
+@built_on_first_use
+class InternalDispatchEvent(Event, defer_build=True):
     """Base of the runtime's own events; hidden from ``stream_events()`` by default."""
 
 
@@ -514,7 +528,8 @@ class StepState(Enum):
     NOT_RUNNING = "not_running"
 
 
-class StepStateChanged(InternalDispatchEvent):
+@built_on_first_use
+class StepStateChanged(InternalDispatchEvent, defer_build=True):
     """A work item was queued, dispatched to a slot, or finished."""
 
     name: str
@@ -524,11 +539,13 @@ class StepStateChanged(InternalDispatchEvent):
     output_event_name: Optional[str] = None
 
 
-class WorkflowIdleEvent(InternalDispatchEvent):
+@built_on_first_use
+class WorkflowIdleEvent(InternalDispatchEvent, defer_build=True):
     """The run became quiescent: nothing queued, running or undelivered."""
 
 
-class UnhandledEvent(InternalDispatchEvent):
+@built_on_first_use
+class UnhandledEvent(InternalDispatchEvent, defer_build=True):
     """An added event reached no step and no waiter."""
 
     event_type: str

@@ -14,7 +14,6 @@ import anyio
 from tickwork._deprecation import warn_once
 from tickwork.errors import WorkflowCancelledByUser
 from tickwork.events import Event, StopEvent
-from tickwork.runtime.journal_view import iterate_journal
 from tickwork.runtime.session import detect_backend
 from tickwork.runtime.step_scope import check_send_target
 
@@ -149,6 +148,8 @@ class WorkflowHandler:
 
     def journal(self) -> AsyncIterator[JournalRecord]:
         """The run's journal records (needs ``Workflow(journal=True)``)."""
+        from tickwork.runtime.journal_view import iterate_journal  # the record codec, on demand
+
         return iterate_journal(self._session)
 
     # -- deprecated ------------------------------------------------------------------------

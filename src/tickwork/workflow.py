@@ -12,9 +12,8 @@ import logging
 import math
 import secrets
 import string
-import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -28,21 +27,21 @@ from tickwork.errors import (
 )
 from tickwork.events import Event, StartEvent, StopEvent
 from tickwork.handler import WorkflowHandler
-from tickwork.representation.build import discover_step_functions
-from tickwork.representation.checks import check_catch_error_structure, validate_steps
 from tickwork.resource import ResourceManager
 from tickwork.resource_checks import validate_step_resources
 from tickwork.runtime.config import build_run_config
 from tickwork.runtime.default import DEFAULT_RUNTIME, InProcessRuntime
 from tickwork.runtime.run_slots import RunSlots
-from tickwork.runtime.session import RunSession, detect_backend
+from tickwork.runtime.session import LIVE_RUNS, RunSession, detect_backend
+from tickwork.runtime.step_shapes import discover_step_functions
 from tickwork.runtime.step_worker import StepInvokers
 from tickwork.runtime.types.state import RunConfig
 from tickwork.runtime.verbose import VerbosePrinter, choose_sink
 from tickwork.serde.serializers import BaseSerializer
-from tickwork.stores.records import Lease
-from tickwork.stores.remote import RemoteHandler
-from tickwork.stores.store import JournalStore
+
+if TYPE_CHECKING:
+    from tickwork.stores.records import Lease
+    from tickwork.stores.remote import RemoteHandler
 
 __all__ = ["Workflow", "WorkflowMeta"]
 
@@ -54,8 +53,9 @@ _ID_SPACE = len(_ID_ALPHABET) ** 10
 # Two-digit groups: the pair for ``d`` is the digit ``d % 62`` then the digit ``d // 62``.
 _ID_PAIRS = [_ID_ALPHABET[d % 62] + _ID_ALPHABET[d // 62] for d in range(62 * 62)]
 
-# Live runs by id, held weakly so a finished run leaves nothing behind.
-_LIVE_RUNS: weakref.WeakValueDictionary[str, RunSession] = weakref.WeakValueDictionary()
+# Bound once: ``Context._for_step`` makes a new bound method at every access, which a
+# session would keep for its whole life.
+_STEP_CONTEXT = Context._for_step
 
 
 class WorkflowMeta(type):
@@ -119,6 +119,9 @@ def _check_journal(journal: Any) -> Any:
     """The ``journal`` option as stored: a bool or a store whose ``check()`` passed."""
     if journal is None or isinstance(journal, bool):
         return bool(journal)
+    # Imported here: a workflow without a journal store never loads the stores.
+    from tickwork.stores.store import JournalStore
+
     if isinstance(journal, JournalStore):
         _probe_journal(journal)
         return journal
@@ -362,6 +365,8 @@ class Workflow(metaclass=WorkflowMeta):
         self, *, validate_resource_configs: bool = True, validate_resources: bool = False
     ) -> bool:
         """Run every check (api.md §6.5); returns whether the workflow uses HITL."""
+        from tickwork.representation.checks import validate_steps
+
         steps = self._get_steps()
         if not steps:
             raise WorkflowConfigurationError(f"workflow {self.workflow_name} has no steps")
@@ -378,6 +383,9 @@ class Workflow(metaclass=WorkflowMeta):
         """Validate once per registry version and build the reducer config."""
         version = type(self)._registry_version
         if self._validated_version != version:
+            # The checks are imported by the first run, not by ``import tickwork``.
+            from tickwork.representation.checks import check_catch_error_structure, validate_steps
+
             steps = self._get_steps()
             if self._disable_validation:
                 check_catch_error_structure(steps)
@@ -449,7 +457,7 @@ class Workflow(metaclass=WorkflowMeta):
         if options is not None and "timeout" in options and options["timeout"] != config.timeout:
             config = dataclasses.replace(config, timeout=options["timeout"])
         run_id = run_id or _new_run_id()
-        live = _LIVE_RUNS.get(run_id)
+        live = LIVE_RUNS.get(run_id)
         if live is not None and live.live:
             raise RuntimeError(f"a run with run_id {run_id!r} is already live in this process")
         if ctx is not None and ctx._step is not None:
@@ -486,7 +494,7 @@ class Workflow(metaclass=WorkflowMeta):
             None if resumable is not None else {"timeout": config.timeout}, lease, lease_seconds
         )
         ctx._bind_run(session)
-        _LIVE_RUNS[run_id] = session
+        LIVE_RUNS[run_id] = session
         session.start()
         return WorkflowHandler(ctx, session)
 
@@ -530,6 +538,8 @@ class Workflow(metaclass=WorkflowMeta):
             queue=queue,
             priority=priority,
         )
+        from tickwork.stores.remote import RemoteHandler
+
         return RemoteHandler(store, run_id, serializer)
 
     def _build_start_event(

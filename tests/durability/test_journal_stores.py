@@ -132,8 +132,8 @@ class Chain(Workflow):
         return StopEvent(result=total)
 
 
-async def wait_for_ask(handler: WorkflowHandler) -> None:
-    with anyio.fail_after(5):
+async def wait_for_ask(handler: WorkflowHandler, seconds: float = 5) -> None:
+    with anyio.fail_after(seconds):
         async for ev in handler.stream_events():
             if isinstance(ev, Ask):
                 return
@@ -148,6 +148,19 @@ async def wait_until_durable(store: Any, run_id: str, seq: int) -> None:
             if entry is not None and entry.last_seq >= seq:
                 return
             await anyio.sleep(0.005)
+
+
+async def wait_until_settled(handler: WorkflowHandler, store: Any, run_id: str) -> None:
+    """Wait until everything the run has journaled in memory is committed to ``store``
+    and nothing more came meanwhile (the idle check of a waiting run comes a moment
+    after its request is published)."""
+    assert handler.ctx is not None
+    seq = -1
+    with anyio.fail_after(5):
+        while (last := handler.ctx.to_dict()["journal_seq"] - 1) != seq:
+            seq = last
+            await wait_until_durable(store, run_id, seq)
+            await anyio.sleep(0.02)
 
 
 async def hard_abort(handler: WorkflowHandler) -> None:
@@ -498,7 +511,7 @@ async def test_an_interrupted_durable_run_is_recovered_in_process(
     store = make_store(tmp_path)
     handler = AskFlow(timeout=TIMEOUT, journal=store).run(run_id="crash")
     await wait_for_ask(handler)
-    await wait_until_durable(store, "crash", handler.ctx.to_dict()["journal_seq"] - 1)
+    await wait_until_settled(handler, store, "crash")
     await hard_abort(handler)
     live_records = [r async for r in handler.journal()]
     assert [e.run_id for e in await store.list_unfinished()] == ["crash"]
@@ -622,7 +635,7 @@ class LongFlow(Workflow):
     HOPS = 1100
 
     def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("timeout", 30.0)
+        kwargs.setdefault("timeout", 120.0)
         super().__init__(**kwargs)
         self.hops_run = 0
 
@@ -644,8 +657,8 @@ async def test_recovery_after_a_compacting_snapshot_keeps_the_tail(
 ) -> None:
     store = make_store(tmp_path)
     handler = LongFlow(journal=store).run(run_id="long")
-    with anyio.fail_after(20):
-        await wait_for_ask(handler)
+    # 1,100 durable hops (fsync on): generous for a loaded machine.
+    await wait_for_ask(handler, seconds=60)
     live_seq = handler.ctx.to_dict()["journal_seq"]
     await wait_until_durable(store, "long", live_seq - 1)
     await hard_abort(handler)

@@ -8,14 +8,18 @@ notices a lost lease without waiting for a write.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import warnings
+import weakref
 from typing import Any
 
 import anyio
 import pytest
 
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
+from tickwork.errors import WorkflowCancelledByUser
 from tickwork.journal import InMemoryJournal
 from tickwork.stores.leases import LeaseKeeper, keeper_for
 from tickwork.stores.records import JournalError, Lease, LeaseLost
@@ -231,3 +235,27 @@ async def test_a_run_that_finished_under_its_lease_is_still_held_by_renewals() -
     assert store.renew_leases("w1", [Lease("ending", "w1", 0)], 30.0) == set()
     entry = await store.get_run("ending")
     assert entry is not None and entry.lease_until is None  # finished: no lease renewed
+
+
+async def test_a_hard_aborted_run_stops_renewing_its_lease_and_is_freed() -> None:
+    # handler.cancel() abandons the run on the spot, as if the process had died: its lease
+    # must run out (for a recovery to take the run over), and nothing keeps its session.
+    store = InMemoryJournal()
+    handler = Slow(journal=store, timeout=10).run(run_id="aborted")
+    await anyio.sleep(0.05)  # the run waits
+    entry = await store.get_run("aborted")
+    assert entry is not None and entry.owner is not None
+    ownership = handler._session.ownership
+    assert ownership is not None
+    keeper = keeper_for(store, entry.owner, ownership.lease_seconds)
+    assert "aborted" in [lease.run_id for lease in keeper.held()]
+    session = weakref.ref(handler._session)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        handler.cancel()
+    with pytest.raises((WorkflowCancelledByUser, anyio.get_cancelled_exc_class())):
+        await handler
+    assert "aborted" not in [lease.run_id for lease in keeper.held()]
+    del handler, ownership
+    gc.collect()
+    assert session() is None

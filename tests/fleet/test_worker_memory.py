@@ -112,6 +112,75 @@ async def test_a_waiting_run_is_parked_and_a_send_wakes_it_on_any_worker() -> No
     assert entry is not None and entry.status == "completed" and entry.lease_until is None
 
 
+class SlowSnapshots(InMemoryJournal):
+    """Snapshots take ``snapshot_pause`` seconds to write."""
+
+    snapshot_pause = 0.0
+
+    async def write_snapshot(
+        self, run_id: str, seq: int, snapshot: dict[str, Any], *, lease: Lease | None = None
+    ) -> None:
+        await anyio.sleep(self.snapshot_pause)
+        await super().write_snapshot(run_id, seq, snapshot, lease=lease)
+
+
+class StalledInbox:
+    """A worker's view of ``base`` whose reads of an empty inbox, made by the task
+    named ``worker`` (not by the runs' sessions), take ``stall`` seconds once armed."""
+
+    def __init__(self, base: InMemoryJournal) -> None:
+        self.base = base
+        self.stall = 0.0
+        self.stalled = anyio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+    async def read_inbox(self, run_id: str) -> Any:
+        items = await self.base.read_inbox(run_id)
+        if not items and self.stall and anyio.get_current_task().name == "worker":
+            self.stalled.set()
+            await anyio.sleep(self.stall)
+        return items
+
+
+async def test_a_run_that_finishes_while_the_worker_reads_its_inbox_is_not_parked() -> None:
+    # The worker found the run only waiting and reads its inbox before parking it;
+    # meanwhile the run's session gets its answer and finishes.  Parking it then would
+    # stop the session while it writes its final snapshot.
+    store = SlowSnapshots()
+    handler = await Approve(journal=store).submit(run_id="r1", item="tea")
+    view = StalledInbox(store)
+    options = WorkerOptions(poll_seconds=0.05, idle_release=0.1)
+    worker = Worker([Approve(journal=store)], view, options)  # type: ignore[arg-type]
+
+    async def body() -> Any:
+        async for ev in handler.stream_events():
+            if isinstance(ev, Question):
+                break
+        store.snapshot_pause = 1.0
+        view.stall = 0.5
+        await view.stalled.wait()  # the worker found the run idle, reads its inbox
+        assert await handler.send_event(Answer(value="yes"))
+        result = await handler
+        while "r1" in worker.active:  # its session writes its final snapshot
+            await anyio.sleep(0.02)
+        return result
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(worker.run, name="worker")
+        try:
+            with anyio.fail_after(10):
+                assert await body() == "tea: yes"
+        finally:
+            worker.stop()
+    entry = await store.get_run("r1")
+    snapshot = await store.read_snapshot("r1")
+    assert entry is not None and entry.status == "completed" and snapshot is not None
+    assert snapshot[0] == entry.last_seq + 1, "the final snapshot was not written"
+    assert worker.parked == 0
+
+
 async def test_a_remote_cancel_ends_the_run_as_cancelled() -> None:
     store = InMemoryJournal()
     handler = await Approve(journal=store).submit(run_id="c1", item="tea")

@@ -9,6 +9,9 @@ import pytest
 
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
 from tickwork.events import HumanResponseEvent
+from tickwork.fleet import Worker, WorkerOptions
+from tickwork.journal import InMemoryJournal
+from tickwork.stores.leases import keeper_for
 
 trace = pytest.importorskip("opentelemetry.trace")
 sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
@@ -135,3 +138,59 @@ async def test_a_cancelled_run_is_not_an_error() -> None:
     (run,) = _by_name("tickwork.run")
     assert run.attributes["tickwork.cancelled"] is True
     assert run.status.status_code == trace.StatusCode.UNSET
+
+
+class Answer(Event):
+    text: str
+
+
+class Ask(Workflow):
+    @step
+    async def ask(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        answer = await ctx.wait_for_event(Answer, timeout=None)
+        return StopEvent(result=answer.text)
+
+
+@pytest.mark.anyio
+async def test_a_fleet_worker_traces_claims_parking_renewals_and_lost_leases(
+    spans: object,
+) -> None:
+    store = InMemoryJournal()
+    handler = await Ask(journal=store).submit(run_id="f1")
+    options = WorkerOptions(poll_seconds=0.05, idle_release=0)
+    worker = Worker([Ask(journal=store)], store, options)
+    async with anyio.create_task_group() as group:
+        group.start_soon(worker.run)
+        with anyio.fail_after(10):
+            while (await store.get_run("f1")).status != "parked":  # type: ignore[union-attr]
+                await anyio.sleep(0.01)
+            await handler.send_event(Answer(text="yes"), idempotency_key="a")
+            assert await handler == "yes"
+        worker.stop()
+    # A run started here, then taken over: its keeper renews, then loses the lease.
+    local = Ask(journal=store, timeout=10).run(run_id="f2")
+    await anyio.sleep(0.05)
+    entry = await store.get_run("f2")
+    assert entry is not None and entry.owner is not None
+    await store.expire_owner(entry.owner)
+    assert await store.claim_run("f2", "elsewhere") is not None
+    ownership = local._session.ownership
+    assert ownership is not None
+    keeper_for(store, entry.owner, ownership.lease_seconds).renew_now()
+    with pytest.raises(Exception, match="another worker"):
+        await local
+
+    finished = _EXPORTER.get_finished_spans()
+    names = [span.name for span in finished]
+    assert names.count("tickwork.fleet.claim") == 2  # claimed, parked, claimed again
+    assert names.count("tickwork.fleet.park") == 1
+    assert "tickwork.fleet.renew" in names
+    (lost,) = [span for span in finished if span.name == "tickwork.fleet.lease_lost"]
+    assert lost.attributes["tickwork.run_id"] == "f2"
+    claims = [span for span in finished if span.name == "tickwork.fleet.claim"]
+    assert all(span.attributes["tickwork.run_id"] == "f1" for span in claims)
+    assert {span.attributes["tickwork.epoch"] for span in claims} == {1, 2}
+    # The run's spans are children of the claim that resumed them.
+    runs = [span for span in finished if span.name == "tickwork.run"]
+    claim_ids = {span.context.span_id for span in claims}
+    assert sum(1 for run in runs if run.parent and run.parent.span_id in claim_ids) == 2

@@ -305,6 +305,31 @@ async def test_a_run_that_finished_under_its_lease_is_still_held_by_renewals(
 
 
 @pytest.mark.anyio
+async def test_a_run_that_finishes_while_a_renewal_waits_for_it_is_still_held(
+    store: PostgresJournal, pg_schema: PgSchema
+) -> None:
+    lease = store.register_run("r1", "Flow", SNAPSHOT, owner="w1")
+    assert lease is not None
+    kept: list[set[str]] = []
+    table = sql.Identifier(pg_schema.schema, "runs")
+    with psycopg.connect(pg_schema.dsn) as conn:  # the run's last append, not committed
+        conn.execute(
+            sql.SQL(
+                "UPDATE {} SET status = 'completed', lease_until = NULL WHERE run_id = 'r1'"
+            ).format(table)
+        )
+        renewal = threading.Thread(
+            target=lambda: kept.append(store.renew_leases("w1", [lease], 30.0))
+        )
+        renewal.start()
+        time.sleep(0.3)  # the renewal waits for the row
+        assert not kept
+        conn.commit()
+        renewal.join(10)
+    assert kept == [{"r1"}]
+
+
+@pytest.mark.anyio
 async def test_register_run_takes_over_only_an_expired_or_own_lease(
     store: PostgresJournal,
 ) -> None:

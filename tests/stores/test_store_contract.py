@@ -15,7 +15,15 @@ from typing import Any
 import anyio
 import pytest
 
-from tickwork.stores.records import JournalError, Lease, LeaseLost, StatePatch, StreamItem
+from tickwork.stores.records import (
+    JournalError,
+    Lease,
+    LeaseLost,
+    RunOutcome,
+    StatePatch,
+    StreamItem,
+)
+from tickwork.types import JournalRecord
 
 from .helpers import EXPIRED, SHORT, claim_ids, rec, seqs, snap, submit
 
@@ -352,6 +360,31 @@ async def test_an_append_resets_the_poison_counter(store: Any) -> None:
     assert claim is not None and claim.entry.claims_without_progress == 1
 
 
+async def test_only_progress_resets_the_poison_counter(store: Any) -> None:
+    # Every claim opens a session with a record of its own: appending that record alone
+    # is no progress, or a run that kills every worker taking it would never be poison.
+    await submit(store, "r")
+    for _ in range(2):
+        claim = await store.claim_run("r", "w1", max_claims=5)
+        assert claim is not None
+        await store.release_run(claim.lease)
+    claim = await store.claim_run("r", "w1", max_claims=5)
+    assert claim is not None and claim.entry.claims_without_progress == 3
+    await store.append("r", [_session_start(0)], lease=claim.lease)
+    entry = await store.get_run("r")
+    assert entry is not None and entry.claims_without_progress == 3
+    await store.append("r", [rec(1), _session_start(2)], lease=claim.lease)
+    entry = await store.get_run("r")
+    assert entry is not None and entry.claims_without_progress == 0
+    assert await seqs(store, "r") == [0, 1, 2]
+
+
+def _session_start(seq: int) -> JournalRecord:
+    return JournalRecord(
+        seq=seq, data={"type": "session_start", "stamped_at": 1000.0, "run_id": "r"}
+    )
+
+
 async def test_claim_poison_fails_a_single_run_too(store: Any) -> None:
     await submit(store, "r")
     claim = await store.claim_run("r", "w1", max_claims=1)
@@ -404,6 +437,36 @@ async def test_release_as_queued_hands_the_run_to_anyone_at_once(store: Any) -> 
     with pytest.raises(LeaseLost):
         await store.release_run(claim.lease)  # it no longer holds the run
     assert await claim_ids(store, "w2") == ["r"]
+
+
+@pytest.mark.parametrize("finish", ["append", "mark_finished"])
+async def test_releasing_a_run_that_finished_under_the_lease_leaves_it_finished(
+    store: Any, finish: str
+) -> None:
+    # A worker that stops (or parks) just as its run ends gives nothing back: were the
+    # run claimable again, it would run twice.
+    await submit(store, "r")
+    claim = await store.claim_run("r", "w1")
+    assert claim is not None
+    if finish == "append":
+        await store.append(
+            "r", [rec(0)], None, "completed", lease=claim.lease, outcome=RunOutcome(7)
+        )
+    else:
+        await store.mark_finished("r", "completed", lease=claim.lease, outcome=RunOutcome(7))
+    await store.release_run(claim.lease)  # raises nothing
+    await store.release_run(claim.lease, status="parked", wake_at=0.0)
+    entry = await store.get_run("r")
+    assert entry is not None and entry.status == "completed"
+    assert entry.outcome == RunOutcome(7)
+    assert await claim_ids(store, "w2") == []
+    assert await store.claim_run("r", "w2") is None
+    assert await store.list_unfinished() == []
+    for stale in (Lease("r", "w1", claim.lease.epoch - 1), Lease("r", "w2", claim.lease.epoch)):
+        with pytest.raises(LeaseLost, match="'r'"):
+            await store.release_run(stale)
+    entry = await store.get_run("r")
+    assert entry is not None and entry.status == "completed"
 
 
 async def test_a_parked_run_wakes_at_its_time(store: Any) -> None:

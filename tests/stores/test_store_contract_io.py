@@ -241,3 +241,15 @@ async def test_wait_for_change_wakes_early_for_a_change_in_this_process(
             else:
                 await store.send("r", "send", {"x": 1})
     assert woke and woke[0] < 3.0
+
+
+async def test_a_key_sent_again_after_the_run_finished_is_a_duplicate(store: Any) -> None:
+    # A client retrying the send that ended the run must not get an error for it.
+    await submit(store, "r")
+    assert await store.send("r", "send", {"n": 1}, idempotency_key="k")
+    await store.mark_finished("r", "completed")
+    assert not await store.send("r", "send", {"n": 1}, idempotency_key="k")
+    with pytest.raises(JournalError, match=r"'r'.*finished \(completed\)"):
+        await store.send("r", "send", {"n": 2}, idempotency_key="new")
+    with pytest.raises(JournalError, match=r"'r'.*finished \(completed\)"):
+        await store.send("r", "cancel")

@@ -1,1 +1,1 @@
-"""Private helpers of the ``tickwork`` command (:mod:`tickwork.cli`), one job per module."""
+"""Private helpers of the ``tickwork`` command (``tickwork.cli``), one job per module."""

@@ -1,7 +1,7 @@
 """How the ``tickwork`` command talks to the user: progress and error lines on stderr.
 
-:class:`CliError` carries the one line that explains a failure and the exit status;
-:class:`Console` writes ``[tag] text`` progress lines (coloured with plain ANSI codes only
+``CliError`` carries the one line that explains a failure and the exit status;
+``Console`` writes ``[tag] text`` progress lines (coloured with plain ANSI codes only
 when stderr is a terminal and ``NO_COLOR`` is not set) and the final error line.
 """
 

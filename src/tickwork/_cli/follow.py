@@ -1,9 +1,9 @@
 """Following a started or resumed run: progress, questions, and how it ended.
 
-:func:`follow` prints the run's progress on stderr, answers its questions from stdin
-(when the command reads answers), and returns the run's result, or :data:`WAITING` when
+``follow`` prints the run's progress on stderr, answers its questions from stdin
+(when the command reads answers), and returns the run's result, or ``WAITING`` when
 the command stops at the first quiescence (``runs send``), leaving the run resumable.
-Every way a run ends badly becomes one :class:`CliError` line.
+Every way a run ends badly becomes one ``CliError`` line.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tickwork.workflow import Workflow
 __all__ = ["WAITING", "Follow", "ResumeHint", "print_result", "run_backend"]
 
 WAITING: Any = object()
-"""What :func:`follow` returns when it left a run waiting (it was not finished)."""
+"""What ``follow`` returns when it left a run waiting (it was not finished)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Follow:
     """How the command follows one run.
 
     ``answers``: read answers to the run's questions from stdin (else questions are
-    only listed); ``stop_when_quiescent``: return :data:`WAITING` once the run is
+    only listed); ``stop_when_quiescent``: return ``WAITING`` once the run is
     quiescent (``runs send``); ``hint``: the journal that keeps the run (``None``: the
     run is not journaled).
     """
@@ -83,7 +83,7 @@ class Follow:
     asked: set[str] = field(default_factory=set)
 
     async def run(self, handler: WorkflowHandler, verb: str) -> Any:
-        """:meth:`begin`, then :meth:`follow`."""
+        """``begin``, then ``follow``."""
         self.begin(handler, verb)
         return await self.follow(handler)
 
@@ -97,7 +97,7 @@ class Follow:
 
     async def follow(self, handler: WorkflowHandler) -> Any:
         """Print the run's progress while it runs, answer its questions, return its
-        result (or :data:`WAITING`)."""
+        result (or ``WAITING``)."""
         began = time.monotonic()
         reporter = None
         if self.watch is not None:

@@ -2,7 +2,7 @@
 
 Everything here reads through the journal-store API (``list_runs``, ``get_run``,
 ``read_snapshot``, ``read``) and the normative snapshot format (api.md §10.3); nothing
-is written.  Store errors become :class:`~tickwork._cli.console.CliError` lines.
+is written.  Store errors become ``CliError`` lines.
 """
 
 from __future__ import annotations

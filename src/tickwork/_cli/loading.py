@@ -2,7 +2,7 @@
 
 ``MODULE`` is a dotted module name, importable from the current directory too, or a
 path to a ``.py`` file.  ``WORKFLOW`` (dotted attributes allowed) must be a Workflow
-class or instance.  Every problem is a :class:`~tickwork._cli.console.CliError`: exit
+class or instance.  Every problem is a ``CliError``: exit
 status 2 when the argument names nothing usable, 1 when the module's own code fails.
 """
 
@@ -37,7 +37,7 @@ def parse_assignments(items: Sequence[str]) -> dict[str, Any]:
     """``["name=Ada", "count=3"]`` → ``{"name": "Ada", "count": 3}``.
 
     Each value is parsed as JSON when it is valid JSON, else kept as a string.  Raises
-    :class:`CliError` for an item without ``=``, a key that is not a Python identifier,
+    ``CliError`` for an item without ``=``, a key that is not a Python identifier,
     or a key given twice.
     """
     values: dict[str, Any] = {}

@@ -1,11 +1,11 @@
 """Live progress of a run for the ``tickwork`` command: one line per step change.
 
-:class:`ProgressReporter` turns the events a run publishes (``stream_events(
+``ProgressReporter`` turns the events a run publishes (``stream_events(
 expose_internal=True)``) into lines: steps queued, running, done, failed (with the
 exception and the retry decision), waiting or cancelled; a join's batch as the
 ``list[E]`` the user wrote; events the steps write to the stream; unhandled events; and
 the ``k/n`` progress of each fan-out stream that a ``list[E]`` step joins.  What the
-events do not carry comes from the run's :class:`~tickwork._cli.watch.StepWatch`.
+events do not carry comes from the run's ``StepWatch``.
 """
 
 from __future__ import annotations

@@ -212,8 +212,8 @@ def read_answer(
     """Show ``question`` and read its answer, one line per try.
 
     Interactively, a bad answer is explained and asked again; otherwise it raises
-    :class:`CliError` (status 2).  An empty line or the end of the input raises
-    :class:`NoAnswer`.
+    ``CliError`` (status 2).  An empty line or the end of the input raises
+    ``NoAnswer``.
     """
     # At a prompt, the question and what is wrong with an answer show even when quiet.
     show = console.notice if interactive else console.progress

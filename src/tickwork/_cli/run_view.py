@@ -1,8 +1,8 @@
 """``tickwork runs show``: a journaled run as it is now.
 
 The run's *current* state is its latest snapshot with the journal records after it
-folded through the reducer (:func:`tickwork.journal.load_run`), so it needs the run's
-workflow.  :func:`current_view` describes that state for a human: what the run is doing,
+folded through the reducer (``tickwork.journal.load_run``), so it needs the run's
+workflow.  ``current_view`` describes that state for a human: what the run is doing,
 its alive time against its timeout, running and queued work (with the last error of a
 retry), the waiters and their deadlines, the questions it asked, its state store, and
 why a failed run failed.
@@ -147,7 +147,7 @@ def _duration(seconds: float) -> str:
 
 
 def current_text(view: dict[str, Any]) -> list[str]:
-    """The lines ``runs show`` prints for :func:`current_view`'s data."""
+    """The lines ``runs show`` prints for ``current_view``'s data."""
     alive = f"{view['alive_time']:.3f}s"
     timeout = view["timeout"]
     if timeout is None:

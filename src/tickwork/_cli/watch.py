@@ -3,7 +3,7 @@
 A ``StepStateChanged`` says that an invocation ended without a result, not whether it
 failed (and with what, and whether it will be retried) or waits for an event; it names a
 join's input as the internal ``CollectionReleaseEvent``; and a snapshot read when the
-event is read reflects the run as it is *then*, ahead of the event.  :class:`StepWatch`
+event is read reflects the run as it is *then*, ahead of the event.  ``StepWatch``
 sees the run's processed inputs as they happen and keeps, per worker slot, what the
 progress printer shows when it reads the slot's next NOT_RUNNING or RUNNING event.
 
@@ -215,7 +215,7 @@ class _Both:
 
 
 def attach_watch(workflow: Workflow) -> StepWatch:
-    """Feed a new :class:`StepWatch` with every run ``workflow`` starts or resumes.
+    """Feed a new ``StepWatch`` with every run ``workflow`` starts or resumes.
 
     The command owns the workflow object, so it plugs the watch into the per-run hook
     that ``Workflow(verbose=True)`` uses (a ``published``/``processed`` pair), keeping

@@ -21,6 +21,7 @@ from typing import Any, Generic, Literal
 from pydantic import BaseModel
 from typing_extensions import TypeVar
 
+from tickwork._lazy import built_on_first_use
 from tickwork.context._state_patch import diff_trees, is_tree_dict, json_equal, pointer
 from tickwork.events import DictLikeModel
 from tickwork.serde.serializers import (
@@ -52,7 +53,8 @@ _SERIALIZED_MARKER = "__is_serialized"
 _ABSENT: Any = object()
 
 
-class DictState(DictLikeModel):
+@built_on_first_use
+class DictState(DictLikeModel, defer_build=True):
     """The default state: a bag of dynamic fields (``DictState(_data={...})``)."""
 
 
@@ -70,7 +72,8 @@ class UnserializableKeyWarning(Warning):
 # ---------------------------------------------------------------------------------------
 
 
-class InMemorySerializedState(BaseModel):
+@built_on_first_use
+class InMemorySerializedState(BaseModel, defer_build=True):
     """The ``state`` section of a snapshot. The type names are informational only."""
 
     store_type: Literal["in_memory"] = "in_memory"

@@ -23,17 +23,17 @@ from tickwork._deprecation import warn_once
 from tickwork.context.state_store import DictState, InMemoryStateStore, infer_state_type
 from tickwork.errors import ContextSerdeError, ContextStateError, WorkflowRuntimeError
 from tickwork.events import Event
-from tickwork.retry_policy import RetryInfo
 from tickwork.runtime.control_loop.reduce import initial_state
 from tickwork.runtime.session import RunSession, detect_backend
 from tickwork.runtime.step_scope import check_send_target, current_step_context
 from tickwork.runtime.types.evolve import evolve
 from tickwork.runtime.types.state import RunConfig, RunState
 from tickwork.serde.serializers import BaseSerializer, JsonSerializer
-from tickwork.serde.snapshot import SnapshotCache, decode_snapshot, encode_snapshot
 
 if TYPE_CHECKING:
+    from tickwork.retry_policy import RetryInfo
     from tickwork.runtime.step_scope import StepScope
+    from tickwork.serde.snapshot import SnapshotCache
 
 __all__ = ["Context"]
 
@@ -65,6 +65,11 @@ def _check_wait_timeout(timeout: Any) -> None:
             f"wait_for_event(timeout={timeout!r}): timeout must be None (no deadline) or "
             "a positive finite number of seconds"
         )
+
+
+_DEFAULT_SERIALIZER = JsonSerializer()
+"""The serializer of a context given none: it has no allow-list, hence no state, and is
+shared by every such context (one per run would be a third of a kilobyte each)."""
 
 
 def _compose_serializer(
@@ -121,6 +126,8 @@ class Context(Generic[MODEL_T]):
 
     def _load_snapshot(self, data: dict[str, Any]) -> tuple[RunState, InMemoryStateStore[Any]]:
         """Rebuild the run state and the store of a snapshot (``ContextSerdeError``)."""
+        from tickwork.serde.snapshot import decode_snapshot  # the codec, on first snapshot
+
         config = self._workflow._reducer_config()
         state = decode_snapshot(data, config, self._serializer)
         section = data.get("state")
@@ -171,6 +178,8 @@ class Context(Generic[MODEL_T]):
                 "Context.to_dict() needs handler code or a pre-run context; it was called "
                 "inside a step"
             )
+        from tickwork.serde.snapshot import SnapshotCache, encode_snapshot
+
         ser = serializer or self._serializer
         section = self.store.to_dict(ser) if include_state else None
         if self._snapshot_cache is None:
@@ -253,7 +262,7 @@ class Context(Generic[MODEL_T]):
     def _bind_run(self, session: RunSession) -> None:
         """Turn this pre-run context into the handler face of ``session``."""
         self._session = session
-        self._loop_thread = threading.get_ident()
+        self._loop_thread = session.loop_thread  # the same int: one less object per run
 
     # -- state -------------------------------------------------------------------------
 
@@ -264,7 +273,11 @@ class Context(Generic[MODEL_T]):
             store: InMemoryStateStore[MODEL_T] = self._session.store
             return store
         if self._staging_store is None:
-            self._staging_store = InMemoryStateStore(self._state_type())
+            self._staging_store = (
+                InMemoryStateStore._empty_dict_state()
+                if self._state_type is DictState
+                else InMemoryStateStore(self._state_type())
+            )
         return self._staging_store
 
     @property

@@ -174,7 +174,8 @@ class InMemoryStateStore(Generic[MODEL_T]):
     """
 
     def __init__(self, initial_state: MODEL_T) -> None:
-        self._state: MODEL_T = initial_state
+        # ``None``: an empty ``DictState`` not built yet (see ``_empty_dict_state``).
+        self._committed: MODEL_T | None = initial_state
         self._lock: _FifoLock | None = None
         self._edit_task: int | None = None
         self._edit_thread: int | None = None
@@ -183,10 +184,25 @@ class InMemoryStateStore(Generic[MODEL_T]):
         # (state, serializer, section) of the last to_dict() of an empty DictState.
         self._empty_section: tuple[Any, BaseSerializer, dict[str, Any]] | None = None
 
+    @classmethod
+    def _empty_dict_state(cls) -> InMemoryStateStore[Any]:
+        """A store of an empty ``DictState``, built on first use: a run that never
+        touches its store (one parked waiting for a human, say) keeps no state object."""
+        return cls(None)  # type: ignore[arg-type]
+
+    @property
+    def _state(self) -> MODEL_T:
+        state = self._committed
+        if state is None:
+            state = self._committed = DictState()  # type: ignore[assignment]
+        return state  # type: ignore[return-value]
+
+    @_state.setter
+    def _state(self, state: MODEL_T) -> None:
+        self._committed = state
+
     @property
     def _writer_lock(self) -> _FifoLock:
-        """The writer lock, created by the first writer: most runs never write their
-        store, and every live run would otherwise hold one more object for the GC."""
         lock = self._lock
         if lock is None:
             lock = self._lock = _FifoLock()
@@ -199,7 +215,8 @@ class InMemoryStateStore(Generic[MODEL_T]):
     @property
     def state_type(self) -> type[MODEL_T]:
         """The type of the current state."""
-        return type(self._state)
+        state = self._committed
+        return DictState if state is None else type(state)  # type: ignore[return-value]
 
     @property
     def sync(self) -> SyncStateStore[MODEL_T]:

@@ -1,6 +1,6 @@
 """Running journaled runs on a fleet of worker processes (scale-out.md).
 
-:class:`~tickwork.fleet.worker.Worker` claims runs from a shared journal store and runs
+``Worker`` claims runs from a shared journal store and runs
 them; ``tickwork worker`` runs one from the command line.
 """
 

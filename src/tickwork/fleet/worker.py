@@ -1,6 +1,6 @@
 """A worker of a fleet: claims runs from a shared journal store and runs them.
 
-``tickwork worker MODULE:OBJ --dsn DSN`` (or ``--journal FILE``) runs one :class:`Worker`
+``tickwork worker MODULE:OBJ --dsn DSN`` (or ``--journal FILE``) runs one ``Worker``
 (scale-out.md §4).  It registers itself in the store, then loops:
 
 1. claim up to ``concurrency`` runs of the workflows it serves (queued runs, parked runs
@@ -15,7 +15,7 @@
 
 A run that cannot be loaded (its steps or events no longer exist, its journal is
 damaged) is failed with an error naming it; it never blocks the other runs.  On
-:meth:`Worker.stop` (SIGTERM in the command), the worker stops claiming, lets running
+``Worker.stop`` (SIGTERM in the command), the worker stops claiming, lets running
 steps finish for ``grace`` seconds, then hands its runs back (``queued``, no owner) so that
 other workers take them at once.  Runs are never cancelled by a shutdown.
 """
@@ -31,10 +31,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 
+from tickwork._otel import span
 from tickwork._serde_fields import dump_exception
 from tickwork.handler import WorkflowHandler
 from tickwork.journal.recovery import resume_claimed
+from tickwork.runtime.durable import DurableWriter
 from tickwork.runtime.session import RunSession
 from tickwork.runtime.types.state import RunState
 from tickwork.stores import metrics
@@ -42,6 +45,7 @@ from tickwork.stores.leases import process_owner
 from tickwork.stores.records import (
     Claim,
     JournalError,
+    Lease,
     LeaseLost,
     RunOutcome,
     StoreUnavailable,
@@ -114,6 +118,9 @@ class Worker:
         self.active: dict[str, _Active] = {}
         self._stopping = False
         self._stopped = anyio.Event()
+        self._watchers: TaskGroup | None = None
+        self._sleeping: anyio.CancelScope | None = None
+        self._ended = False
         self.claimed = 0
         self.parked = 0
         self.lost = 0
@@ -121,7 +128,7 @@ class Worker:
     # -- the loop ----------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Serve until :meth:`stop`; then hand the remaining runs back."""
+        """Serve until ``stop``; then hand the remaining runs back."""
         await self.store.register_worker(
             self.worker_id,
             {
@@ -133,17 +140,23 @@ class Worker:
             },
         )
         try:
-            while not self._stopping:
-                try:
-                    await self._claim()
-                    await self._tend()
-                    await self.store.touch_worker(self.worker_id, sorted(self.active))
-                except JournalError as error:
-                    # The store retried and gave up (the database is down for longer):
-                    # keep serving, the runs here go on, and try again at the next poll.
-                    _log.warning("worker %s: the store failed: %s", self.worker_id, error)
-                with anyio.move_on_after(self.options.poll_seconds):
-                    await self.store.wait_for_change(self.options.poll_seconds)
+            async with anyio.create_task_group() as watchers:
+                self._watchers = watchers
+                while not self._stopping:
+                    try:
+                        # Forget the runs that ended first, so that their slots are
+                        # claimed again in this same pass.
+                        await self._tend()
+                        await self._claim()
+                        await self.store.touch_worker(self.worker_id, sorted(self.active))
+                    except JournalError as error:
+                        # The store retried and gave up (the database is down for
+                        # longer): keep serving, the runs here go on, and try again at
+                        # the next poll.
+                        _log.warning("worker %s: the store failed: %s", self.worker_id, error)
+                    await self._sleep()
+                watchers.cancel_scope.cancel()
+            self._watchers = None
             await self._shut_down()
         finally:
             try:
@@ -152,9 +165,31 @@ class Worker:
                 _log.warning("worker %s: unregistering failed: %s", self.worker_id, error)
             self._stopped.set()
 
+    async def _sleep(self) -> None:
+        """Until the store reports a change, one of this worker's runs ends (its slot is
+        free), or ``poll_seconds`` pass."""
+        if self._ended:
+            self._ended = False
+            return
+        with anyio.move_on_after(self.options.poll_seconds) as scope:
+            self._sleeping = scope
+            await self.store.wait_for_change(self.options.poll_seconds)
+        self._sleeping = None
+        self._ended = False
+
+    async def _watch(self, session: RunSession) -> None:
+        """Wake the loop when ``session`` ends: a run's end frees a slot, and nothing may
+        notify the store about it (or the notice comes before the session is done)."""
+        await session.done.wait()
+        self._ended = True
+        if self._sleeping is not None:
+            self._sleeping.cancel()
+
     def stop(self) -> None:
-        """Stop claiming; :meth:`run` then hands the remaining runs back and returns."""
+        """Stop claiming; ``run`` then hands the remaining runs back and returns."""
         self._stopping = True
+        if self._sleeping is not None:
+            self._sleeping.cancel()
 
     async def _claim(self) -> None:
         free = self.options.concurrency - len(self.active)
@@ -174,6 +209,12 @@ class Worker:
             await self._start(claim)
 
     async def _start(self, claim: Claim) -> None:
+        """Resume a claimed run here (in a ``tickwork.fleet.claim`` span, which the run's
+        span is a child of)."""
+        with span("tickwork.fleet.claim", _span_attributes(claim.lease)):
+            await self._resume(claim)
+
+    async def _resume(self, claim: Claim) -> None:
         run_id = claim.lease.run_id
         workflow = self.workflows[claim.entry.workflow_name]
         stale = self.active.pop(run_id, None)
@@ -197,6 +238,8 @@ class Worker:
             return
         handler._session.discard_stream()
         self.active[run_id] = _Active(claim, handler, time.time())
+        if self._watchers is not None:
+            self._watchers.start_soon(self._watch, handler._session)
 
     async def _drop_stale(self, stale: _Active, claim: Claim) -> None:
         """This worker claimed again a run it still runs: its lease had expired (its
@@ -251,7 +294,11 @@ class Worker:
         deadline = _earliest_deadline(state)
         if deadline is not None and deadline <= now:
             return False
-        return not await self.store.read_inbox(run_id)
+        if await self.store.read_inbox(run_id):
+            return False
+        # The run may have moved on while its inbox was read (an item came and was
+        # consumed; it may even be writing its final records): not idle after all.
+        return active.session.state is state and not active.session.done.is_set()
 
     async def _park(self, run_id: str, active: _Active) -> None:
         session = active.session
@@ -271,6 +318,15 @@ class Worker:
         lease = session.ownership.lease if session.ownership is not None else claim.lease
         if lease is None or writer is None or state.finished:
             return  # a run that ended recorded its outcome: it is not given back
+        with span(
+            "tickwork.fleet.park" if park else "tickwork.fleet.release", _span_attributes(lease)
+        ):
+            await self._release(lease, state, writer, park=park)
+
+    async def _release(
+        self, lease: Lease, state: RunState, writer: DurableWriter, *, park: bool
+    ) -> None:
+        """Release the run (``parked`` when it only waits and ``park``, else queued)."""
         try:
             if park and _parkable(state) and writer.settled:
                 await writer.write_compacting_snapshot(state)
@@ -303,3 +359,12 @@ class Worker:
             await session.host_done.wait()
             await self._put_back(session, active.claim, park=_parkable(session.state))
             del self.active[run_id]
+
+
+def _span_attributes(lease: Lease) -> dict[str, str | int]:
+    """What the fleet's spans say about a run."""
+    return {
+        "tickwork.run_id": lease.run_id,
+        "tickwork.epoch": lease.epoch,
+        "tickwork.owner": lease.owner,
+    }

@@ -2,15 +2,16 @@
 
 The graph is derived from the class-level step configurations only: the workflow is
 neither instantiated nor validated, so even an invalid workflow can be drawn (which is
-when a drawing helps most).  ``discover_step_functions`` is the single definition of
-step discovery (api.md §6.3); the Workflow class reuses it.
+when a drawing helps most).  ``discover_step_functions``, the single definition of step
+discovery (api.md §6.3) that the Workflow class reuses, lives in
+``tickwork.runtime.step_shapes`` and is re-exported here.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,12 @@ from tickwork.representation.model import (
     WorkflowResourceNode,
     WorkflowStepNode,
 )
-from tickwork.runtime.step_shapes import StepConfigView, config_of, event_classes
+from tickwork.runtime.step_shapes import (
+    StepConfigView,
+    config_of,
+    discover_step_functions,
+    event_classes,
+)
 
 __all__ = [
     "EXTERNAL_STEP_ID",
@@ -37,27 +43,6 @@ __all__ = [
 ]
 
 EXTERNAL_STEP_ID = "external_step"
-
-
-def discover_step_functions(cls: type) -> dict[str, Callable[..., Any]]:
-    """The steps of a workflow class, by name: method steps, then free-function steps.
-
-    Method steps are the attributes of ``cls`` (inherited ones included, the most derived
-    definition winning) whose value carries ``_step_config``, in ``dir()`` (name) order.
-    Free-function steps come from ``cls``'s *own* ``_step_functions`` registry, in
-    registration order; a base class's registry is not inherited (api.md §6.3).
-    """
-    steps: dict[str, Callable[..., Any]] = {}
-    for name in dir(cls):
-        if name.startswith("__"):
-            continue
-        value = inspect.getattr_static(cls, name, None)
-        if callable(value) and getattr(value, "_step_config", None) is not None:
-            steps[name] = value
-    free_steps = vars(cls).get("_step_functions") or {}
-    for name, func in free_steps.items():
-        steps.setdefault(name, func)
-    return steps
 
 
 def get_workflow_representation(workflow: Any) -> WorkflowGraph:

@@ -23,6 +23,8 @@ from typing import (
 
 from pydantic import BaseModel, ConfigDict
 
+from tickwork._lazy import built_on_first_use
+
 ResourceScope = Literal["workflow", "run"]
 
 _SCOPES: tuple[ResourceScope, ...] = ("workflow", "run")
@@ -91,10 +93,11 @@ class ResourceDescriptor(Protocol):
         ...
 
 
+@built_on_first_use
 class ResourceDefinition(BaseModel):
     """One resource parameter of a step: ``name`` is the parameter name."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, defer_build=True)
 
     name: str
     resource: ResourceDescriptor

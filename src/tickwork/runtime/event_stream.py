@@ -6,7 +6,8 @@ concurrent readers share one cursor.  A step state change (a ``RunWorker`` stand
 RUNNING, a ``PublishStepState`` for the others) is buffered as a small tuple of strings,
 which the garbage collector stops tracking, and becomes a ``StepStateChanged`` only
 when read: a run nobody streams keeps two such records per step execution and nothing
-more (not the invocation, not its events).
+more (not the invocation, not its events).  A ``WorkflowIdleEvent`` is buffered as one
+shared record too.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from typing import Any
 import anyio
 
 from tickwork.errors import WorkflowRuntimeError
-from tickwork.events import InternalDispatchEvent, StepState, StepStateChanged, StopEvent
+from tickwork.events import (
+    InternalDispatchEvent,
+    StepState,
+    StepStateChanged,
+    StopEvent,
+    WorkflowIdleEvent,
+)
 from tickwork.runtime.types.commands import PublishStepState, RunWorker
 from tickwork.runtime.types.kinds import IS_INTERNAL, IS_STOP
 from tickwork.runtime.types.step_id import WORKER_NAMES
@@ -77,16 +84,27 @@ def _state_record(command: PublishStepState) -> StepStateRecord:
     return (_RECORD, command.state, command.step, command.worker_id, input_name, None)
 
 
-# By exact command type: a push checks one dict instead of walking isinstance checks.
-_RECORDERS: dict[type, Callable[[Any], StepStateRecord]] = {
+# A buffered ``WorkflowIdleEvent`` (it has no fields): a run parked waiting for a human
+# keeps the idle event it published until someone streams it, as this shared tuple.
+_IDLE_RECORD: Any = (_RECORD, "idle")
+
+
+def _idle_record(event: WorkflowIdleEvent) -> Any:
+    return _IDLE_RECORD
+
+
+# By exact type: a push checks one dict instead of walking isinstance checks.
+_RECORDERS: dict[type, Callable[[Any], Any]] = {
     RunWorker: _running_record,
     PublishStepState: _state_record,
+    WorkflowIdleEvent: _idle_record,
 }
 
 
 def step_state_record(command: RunWorker | PublishStepState) -> StepStateRecord:
     """The buffered form of a step state change command."""
-    return _RECORDERS[type(command)](command)
+    record: StepStateRecord = _RECORDERS[type(command)](command)
+    return record
 
 
 _new_step_state_changed = object.__new__
@@ -95,7 +113,7 @@ _STEP_STATE_FIELDS = frozenset(StepStateChanged.model_fields)
 
 
 def _is_record(item: Any) -> bool:
-    return type(item) is tuple and len(item) == 6 and item[0] is _RECORD
+    return type(item) is tuple and len(item) > 1 and item[0] is _RECORD
 
 
 def materialize(item: Any) -> Any:
@@ -105,6 +123,8 @@ def materialize(item: Any) -> Any:
         item = recorder(item)
     elif not _is_record(item):
         return item
+    if item is _IDLE_RECORD:
+        return WorkflowIdleEvent()
     _, state, step, worker_id, input_name, output = item
     # What StepStateChanged.model_construct() does, for this one known model, at a
     # third of the cost: snapshot loops read one of these per step execution.

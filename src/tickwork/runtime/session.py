@@ -6,6 +6,12 @@ event stream, its outcome, the latest reduced state (so snapshots and
 ``control_loop``.  The task is spawned on the caller's event loop (asyncio task or trio
 system task) with the caller's contextvars, because ``run()`` returns before any nursery
 would exist.
+
+A run whose only remaining work is waiters and timers parks (see ``runner``): its task
+ends, and the session keeps the state, the stream and the timers, with the run counted
+in its event loop's parking lot (``_parking``).  An input (a send, a cancel request, a
+late send from a finished step) or the earliest deadline brings the run back, in a new
+task; a hard abort or a stop ends a parked run right away.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ import logging
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -26,24 +33,37 @@ if sys.version_info < (3, 11):  # pragma: no cover - anyio installs the backport
 
 from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import StopEvent, WorkflowFailedEvent
+from tickwork.runtime.control_loop._parking import (
+    ParkingLot,
+    TimerEntry,
+    current_lot,
+    lot_or_none,
+)
 from tickwork.runtime.control_loop.runner import (
+    PARKED,
+    ResumedLoop,
     RunExit,
     StreamLane,
+    TimerHeap,
     control_loop,
+    resume_loop,
     using_adapter,
 )
-from tickwork.runtime.durable import DurableWriter
 from tickwork.runtime.event_stream import EventStream
-from tickwork.runtime.ownership import Ownership
 from tickwork.runtime.run_slots import RunSlots
 from tickwork.runtime.step_worker import StepInvoker, execute_invocation
 from tickwork.runtime.tracing import StepSpan, end_run_span, start_run_span, step_span
 from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.state import Invocation, RunConfig, RunState, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
-from tickwork.stores.records import Lease, LeaseLost
 
-__all__ = ["DoneFlag", "RunSession", "detect_backend"]
+if TYPE_CHECKING:
+    # Journaled runs only: imported where a run with a journal store needs them.
+    from tickwork.runtime.durable import DurableWriter
+    from tickwork.runtime.ownership import Ownership
+    from tickwork.stores.records import Lease, LeaseLost
+
+__all__ = ["LIVE_RUNS", "DoneFlag", "RunSession", "detect_backend"]
 
 HEARTBEAT_SECONDS = 1.0
 """How often a journaled run that waits records its alive time (api.md §24.2)."""
@@ -168,6 +188,24 @@ def _discard(item: Any) -> None:
     """The stream of a session nobody in this process reads."""
 
 
+def _parked(tick: Tick) -> None:
+    """The tick feed of a parked run: a marker, ``post_external`` resumes the run."""
+    raise AssertionError("a parked run's ticks go through post_external")  # pragma: no cover
+
+
+LIVE_RUNS: weakref.WeakValueDictionary[str, RunSession] = weakref.WeakValueDictionary()
+"""Live runs of this process by id, held weakly so that a finished run leaves nothing
+behind (``Workflow.run()`` registers them)."""
+
+
+def _abort_parked_runs(lot: ParkingLot) -> None:
+    """The event loop of ``lot`` shuts down: abort the runs parked on it, as the
+    cancellation of their tasks would have."""
+    for session in list(LIVE_RUNS.values()):
+        if session._post is _parked and session._home is lot:
+            session.loop_ended()
+
+
 class RunSession:
     """The in-process host of one run.
 
@@ -180,11 +218,15 @@ class RunSession:
         "__weakref__",
         "_cancel_scope",
         "_early_ticks",
+        "_home",
+        "_host_done",
         "_journal_waiter",
         "_limiters",
         "_post",
         "_run_cache",
         "_run_slots",
+        "_timer_entry",
+        "_timers",
         "_turn",
         "_verbose",
         "config",
@@ -193,7 +235,6 @@ class RunSession:
         "exit",
         "hard_aborted",
         "heartbeat_every",
-        "host_done",
         "invokers",
         "journal",
         "loop_thread",
@@ -239,14 +280,16 @@ class RunSession:
         self.start_event = start_event
         self.stream = EventStream()
         self.done = DoneFlag()
-        self.host_done = DoneFlag()
-        """Set once the run's task has fully stopped (after ``done``, which comes first)."""
+        self._host_done: DoneFlag | None = None  # made when asked for (see host_done)
         self.exit: RunExit | None = None
         self.hard_aborted = False
         self.journal: list[tuple[Tick, int]] | None = [] if keep_journal else None
         self.serializer = serializer
         self.writer: DurableWriter | None = None
         if journal_store is not None:
+            from tickwork.runtime.durable import DurableWriter
+            from tickwork.runtime.ownership import Ownership
+
             self.writer = DurableWriter(
                 journal_store, run_id, config.workflow_name, serializer, store
             )
@@ -261,10 +304,15 @@ class RunSession:
         self._run_slots: RunSlots | None = run_slots
         self._turn = run_slots.take_ticket() if run_slots is not None else None
         self._post: Callable[[Tick], None] | None = None
-        self._early_ticks: list[Tick] | None = None  # created by the first early tick
+        # Made on first use (most runs never need them; a parked run keeps its session).
+        self._early_ticks: list[Tick] | None = None
         self._cancel_scope: anyio.CancelScope | None = None
-        self._limiters: dict[str, anyio.CapacityLimiter] = {}
-        self._run_cache: dict[Any, Any] = {}
+        self._limiters: dict[str, anyio.CapacityLimiter] | None = None
+        self._run_cache: dict[Any, Any] | None = None
+        # While parked: the lot it is counted in, its timers and their entry there.
+        self._home: ParkingLot | None = None
+        self._timers: TimerHeap | None = None
+        self._timer_entry: TimerEntry | None = None
         self.invokers = invokers
         """The call plan of each step by name (the workflow's, shared by its runs)."""
         self.run_span: Any = None
@@ -294,49 +342,85 @@ class RunSession:
     # -- lifecycle -------------------------------------------------------------------
 
     @property
+    def host_done(self) -> DoneFlag:
+        """Set once the run's task has fully stopped (after ``done``, which comes first)
+        and the session let go of everything it held."""
+        flag = self._host_done
+        if flag is None:
+            flag = self._host_done = DoneFlag()
+            if self._post is _drop:  # already closed
+                flag.set()
+        return flag
+
+    @property
     def live(self) -> bool:
         """Whether the run has not ended yet (a hard abort ends it at once)."""
         return not (self.hard_aborted or self.done.is_set())
 
     def start(self) -> None:
         """Spawn the run's task on the current event loop."""
+        self._spawn(None)
+
+    def _spawn(self, resumed: ResumedLoop | None) -> None:
+        """Spawn a task driving the run: from its start, or a parked run's new loop."""
         backend = detect_backend()
         if backend == "asyncio":
             import asyncio
 
             loop = asyncio.get_running_loop()
-            self.spawn_context.run(loop.create_task, self._host())
+            self.spawn_context.run(loop.create_task, self._host(resumed))
         else:
             import trio
 
-            trio.lowlevel.spawn_system_task(self._host, context=self.spawn_context.copy())
+            trio.lowlevel.spawn_system_task(self._host, resumed, context=self.spawn_context.copy())
 
-    async def _host(self) -> None:
+    async def _host(self, resumed: ResumedLoop | None) -> None:
+        parked = False
         try:
             with anyio.CancelScope() as scope:
                 self._cancel_scope = scope
                 if self.hard_aborted:
                     scope.cancel()
-                if self._run_slots is None:
-                    await self._drive()
+                if resumed is not None:
+                    parked = await resumed.resume() is PARKED
+                elif self._run_slots is None:
+                    parked = await self._drive()
                 else:
-                    await self._drive_in_slot(self._run_slots)
+                    parked = await self._drive_in_slot(self._run_slots)
         except BaseException as raised:  # the task must never leak into the event loop
             self._crashed(raised)
         finally:
-            if self.exit is None:
-                self.hard_aborted = True
-                end_run_span(self.run_span, None, None)
-                self.run_span = None
-            # Let go of the loop (its post method): the loop refers to this session,
-            # and an ended run must be freed by reference counting, not by the GC.
-            self._post = _drop
-            self._cancel_scope = None  # nothing left to cancel; a finished run keeps less
-            self.start_event = None  # the loop took it
-            self.stream.close()
-            self.done.set()
-            self._wake_journal_readers()
-            self.host_done.set()
+            # A parked run goes on without this task (it may even have come back in
+            # another one already): nothing here is this task's to close.
+            if not parked:
+                self._close()
+
+    def _close(self) -> None:
+        """The run has ended (or was aborted): release everything it held."""
+        if self.exit is None:
+            self.hard_aborted = True
+            end_run_span(self.run_span, None, None)
+            self.run_span = None
+            if self.ownership is not None:
+                # As if this process had died: the lease is left to expire, so that a
+                # recovery can take the run over; renewing it would pin the run (and
+                # this session) here for as long as the process lives.
+                self.ownership.release()
+        if self._post is _parked:
+            self._unpark()
+        # Let go of the loop (its post method): the loop refers to this session,
+        # and an ended run must be freed by reference counting, not by the GC.
+        self._post = _drop
+        self._cancel_scope = None
+        self.start_event = None  # the loop took it
+        self.stream.close()
+        self.done.set()
+        self._wake_journal_readers()
+        slots, self._run_slots = self._run_slots, None
+        if slots is not None and self._turn is None:
+            slots.release()
+        if self._host_done is not None:
+            self._host_done.set()
 
     def _crashed(self, raised: BaseException) -> None:
         """The run's task raised: end the run with that error unless it already ended.
@@ -344,6 +428,8 @@ class RunSession:
         A frame of its own, so that no local of ``_host`` (whose frame the traceback
         holds) keeps the exception.
         """
+        from tickwork.stores.records import LeaseLost
+
         error = _unwrap(raised)
         if isinstance(error, LeaseLost):
             self.lose_lease(error)
@@ -355,19 +441,21 @@ class RunSession:
             self.publish(WorkflowFailedEvent(step_name="<runtime>", exception=failure))
             self.finish(RunExit("fail", exception=error, step_name="<runtime>"))
 
-    async def _drive_in_slot(self, slots: RunSlots) -> None:
-        """Wait for this run's turn (its session has not started, nor its clock)."""
+    async def _drive_in_slot(self, slots: RunSlots) -> bool:
+        """Wait for this run's turn (its session has not started, nor its clock).
+
+        The slot is held until the run ends, parked or not (``_close`` releases it).
+        """
         turn = self._turn
         if turn is not None:
             try:
                 await turn.wait()
             except BaseException:
+                self._run_slots = None
                 slots.forfeit(turn)
                 raise
-        try:
-            await self._drive()
-        finally:
-            slots.release()
+            self._turn = None
+        return await self._drive()
 
     def register(
         self,
@@ -386,6 +474,8 @@ class RunSession:
         """
         if self.writer is None or self.ownership is None:
             return
+        from tickwork.runtime.ownership import Ownership
+
         if lease_seconds is not None:
             self.ownership.lease_seconds = lease_seconds
         owned = self.writer.register(
@@ -398,23 +488,26 @@ class RunSession:
         )
         self.ownership.hold(owned, self.lose_lease)
 
-    async def _drive(self) -> None:
+    async def _drive(self) -> bool:
+        """Start the run and drive it; ``True`` if it parked (it is not over)."""
         if self.exit is not None:
             # Stopped (a worker parked the run, or handed it back) or its lease lost before
             # the task began: the run must not move here, not even journal a record.
-            return
+            return False
         self.run_span = start_run_span(
             self.run_id, self.config.workflow_name, self.start_event, self.start_event is None
         )
         with using_adapter(self):
             if self.ownership is None:
                 try:
-                    await control_loop(self.start_event, self.state, self.run_id)
+                    # A finished run returns its StopEvent; a parked one returns None.
+                    return await control_loop(self.start_event, self.state, self.run_id) is None
                 except Exception:
                     if self.exit is None:
                         raise
-                return
+                return False
             await self._drive_owned(self.ownership)
+            return False
 
     async def _drive_owned(self, ownership: Ownership) -> None:
         """The control loop of a journaled run, beside the pump of its inbox."""
@@ -440,8 +533,7 @@ class RunSession:
         if self.exit is not None or self.done.is_set():
             return
         self.finish(RunExit("released"))
-        if self._cancel_scope is not None:
-            self._cancel_scope.cancel()
+        self._stop_task()
 
     def discard_stream(self) -> None:
         """Publish nowhere: nobody in this process reads the run's events (a fleet worker;
@@ -458,15 +550,20 @@ class RunSession:
             return
         _log.warning("run %s stopped here: %s", self.run_id, error)
         self.finish(RunExit("lost", exception=error))
-        if self._cancel_scope is not None:
-            self._cancel_scope.cancel()
+        self._stop_task()
 
     def abort(self) -> None:
         """Hard abort: cancel everything now, publish nothing more."""
         if self.done.is_set():
             return
         self.hard_aborted = True
-        if self._cancel_scope is not None:
+        self._stop_task()
+
+    def _stop_task(self) -> None:
+        """Cancel the run's task; a parked run has none and is closed at once."""
+        if self._post is _parked:
+            self._close()
+        elif self._cancel_scope is not None:
             self._cancel_scope.cancel()
 
     # -- LoopAdapter ---------------------------------------------------------------
@@ -541,13 +638,82 @@ class RunSession:
             self._journal_waiter = None
 
     def post_external(self, tick: Tick) -> None:
-        """Feed a tick from the caller's side (handler sends, cancel requests)."""
-        if self._post is None:
+        """Feed a tick from the caller's side (handler sends, cancel requests), or a
+        late one from a finished step; it brings a parked run back."""
+        post = self._post
+        if post is None:
             if self._early_ticks is None:
                 self._early_ticks = []
             self._early_ticks.append(tick)
+        elif post is _parked:
+            self._resume(tick)
         else:
-            self._post(tick)
+            post(tick)
+
+    # -- parking ---------------------------------------------------------------------
+
+    def park(self, timers: TimerHeap | None) -> bool:
+        """The loop has nothing to do but wait: keep ``timers``, count the run in its
+        event loop's lot, and let the loop and its task go.
+
+        A journaled run does not park here (its session must commit and heartbeat);
+        a run being aborted is left to its task's cancellation.
+        """
+        if self.durable or self.hard_aborted or self.exit is not None:
+            return False
+        self._post = _parked
+        self._cancel_scope = None
+        self._timers = timers
+        lot = self._home = current_lot(_abort_parked_runs)
+        self._timer_entry = lot.arrive(self, timers[0][0] if timers else None)
+        return True
+
+    def _unpark(self) -> None:
+        """Leave the lot; the caller gives the run a new feed."""
+        lot, self._home = self._home, None
+        entry, self._timer_entry = self._timer_entry, None
+        if lot is not None:
+            lot.leave(entry)
+
+    def _resume(self, tick: Tick | None) -> None:
+        """Bring the run back: a new loop over the kept state and timers, and a new task
+        to drive it.  ``tick`` (an input) is reduced now, by the caller, as it would be
+        for a run waiting in its task."""
+        if lot_or_none() is not self._home:
+            # Its event loop is gone (or this is another one): the run cannot go on,
+            # and the lot it was counted in is gone with that loop.
+            self._home = self._timer_entry = None
+            _log.warning(
+                "run %s was parked on an event loop that is no longer running; it is "
+                "aborted and %s is ignored",
+                self.run_id,
+                "its deadline" if tick is None else type(tick).__name__,
+            )
+            self.abort()
+            return
+        timers, self._timers = self._timers, None
+        self._unpark()
+        loop = resume_loop(self, self.state, self.run_id, timers)
+        self._post = loop.post
+        self._spawn(loop)
+        if tick is not None:
+            loop.post(tick)
+
+    def deadline_due(self) -> None:
+        """The parking lot's timer: the run's earliest deadline has come."""
+        self._timer_entry = None
+        if self._post is _parked:
+            self._resume(None)
+
+    def loop_ended(self) -> None:
+        """The event loop shuts down with the run parked: abort it, as the cancellation
+        of its task would have."""
+        self.abort()
+
+    def __del__(self) -> None:
+        # A parked run dropped unanswered (nothing refers to it): uncount it.
+        if getattr(self, "_post", None) is _parked and self._home is not None:
+            self._home.forget()
 
     def send_from_handler(self, event: Any, step: str | None) -> None:
         """An unkeyed send from handler code; ignored with a warning after the run."""
@@ -599,15 +765,19 @@ class RunSession:
 
     def thread_limiter(self, spec: StepSpec) -> anyio.CapacityLimiter:
         """At most ``num_workers`` threads per sync step per run."""
-        limiter = self._limiters.get(spec.name)
+        limiters = self._limiters
+        if limiters is None:
+            limiters = self._limiters = {}
+        limiter = limiters.get(spec.name)
         if limiter is None:
-            limiter = anyio.CapacityLimiter(spec.num_workers)
-            self._limiters[spec.name] = limiter
+            limiter = limiters[spec.name] = anyio.CapacityLimiter(spec.num_workers)
         return limiter
 
     async def resolve_resources(self, resources: list[Any]) -> dict[str, Any]:
         """Resolve a step's resources for one invocation (per-run cache included)."""
         manager = self.workflow._resource_manager
+        if self._run_cache is None:
+            self._run_cache = {}
         values: dict[str, Any] = await manager.resolve_invocation(
             resources, run_cache=self._run_cache
         )

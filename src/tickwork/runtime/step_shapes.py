@@ -5,10 +5,12 @@ The representation layer reads ``func._step_config`` (api.md §5.4) structurally
 ``tickwork.decorators``.  ``StepShape`` condenses one configuration into what the
 static analyses need (what the step accepts, what it emits and at which level, who
 handles its failures), computed once per step instead of re-deriving it in every check.
+``discover_step_functions`` finds the steps of a workflow class in the first place.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
@@ -23,6 +25,7 @@ __all__ = [
     "StepShape",
     "catch_error_owners",
     "config_of",
+    "discover_step_functions",
     "event_classes",
     "matches",
     "shape_steps",
@@ -185,3 +188,24 @@ def _element_types(
     """
     elements = tuple(t for t in outputs if t not in bare)
     return elements or bare
+
+
+def discover_step_functions(cls: type) -> dict[str, Callable[..., Any]]:
+    """The steps of a workflow class, by name: method steps, then free-function steps.
+
+    Method steps are the attributes of ``cls`` (inherited ones included, the most derived
+    definition winning) whose value carries ``_step_config``, in ``dir()`` (name) order.
+    Free-function steps come from ``cls``'s *own* ``_step_functions`` registry, in
+    registration order; a base class's registry is not inherited (api.md §6.3).
+    """
+    steps: dict[str, Callable[..., Any]] = {}
+    for name in dir(cls):
+        if name.startswith("__"):
+            continue
+        value = inspect.getattr_static(cls, name, None)
+        if callable(value) and getattr(value, "_step_config", None) is not None:
+            steps[name] = value
+    free_steps = vars(cls).get("_step_functions") or {}
+    for name, func in free_steps.items():
+        steps.setdefault(name, func)
+    return steps

@@ -13,49 +13,21 @@ configured, OpenTelemetry's no-op tracer makes them nearly free.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from typing import Any
 
-from tickwork._version import __version__
+from tickwork._otel import available, tracer, tracing_configured
 
 __all__ = ["StepSpan", "end_run_span", "start_run_span", "step_span", "tracing_available"]
-
-_TRACER: Any = None
-_AVAILABLE: bool | None = None
 
 
 def tracing_available() -> bool:
     """Whether ``opentelemetry-api`` can be imported (checked once)."""
-    global _AVAILABLE
-    if _AVAILABLE is None:
-        _AVAILABLE = importlib.util.find_spec("opentelemetry") is not None
-    return _AVAILABLE
-
-
-def _sdk_configured() -> bool:
-    """Whether a real tracer provider is installed (checked once per run).
-
-    Without one, OpenTelemetry hands out no-op spans; creating, attaching and ending
-    them still costs microseconds per step, so tickwork skips them altogether.
-    """
-    from opentelemetry import trace
-
-    provider = trace.get_tracer_provider()
-    return type(provider).__name__ not in ("ProxyTracerProvider", "NoOpTracerProvider")
-
-
-def _tracer() -> Any:
-    global _TRACER
-    if _TRACER is None:
-        from opentelemetry import trace
-
-        _TRACER = trace.get_tracer("tickwork", __version__)
-    return _TRACER
+    return available()
 
 
 def start_run_span(run_id: str, workflow_name: str, start_event: Any, resumed: bool) -> Any:
     """Start the run span of a session; ``None`` when tracing is unavailable."""
-    if not tracing_available() or not _sdk_configured():
+    if not tracing_configured():
         return None
     attributes: dict[str, Any] = {
         "tickwork.run_id": run_id,
@@ -65,7 +37,7 @@ def start_run_span(run_id: str, workflow_name: str, start_event: Any, resumed: b
     if start_event is not None:
         cls = type(start_event)
         attributes["tickwork.start_event"] = f"{cls.__module__}.{cls.__qualname__}"
-    return _tracer().start_span("tickwork.run", attributes=attributes)
+    return tracer().start_span("tickwork.run", attributes=attributes)
 
 
 def end_run_span(span: Any, kind: str | None, error: BaseException | None) -> None:
@@ -94,7 +66,7 @@ class StepSpan:
         from opentelemetry import context, trace
 
         parent = trace.set_span_in_context(run_span)
-        self._span = _tracer().start_span("tickwork.step", context=parent, attributes=attributes)
+        self._span = tracer().start_span("tickwork.step", context=parent, attributes=attributes)
         self._token = context.attach(trace.set_span_in_context(self._span))
 
     def _detach(self) -> None:

@@ -1,7 +1,7 @@
 """Keeping a process's leases alive: one renewal thread per store and owner.
 
 A worker (or a process running journaled runs with ``Workflow.run()``) owns runs through
-leases that expire unless renewed.  :class:`LeaseKeeper` renews every lease of one owner
+leases that expire unless renewed.  ``LeaseKeeper`` renews every lease of one owner
 in one statement every third of the lease time, from a dedicated thread, so that an
 event loop blocked by a step cannot starve the heartbeat.  A run missing from a renewal's
 result was lost (another worker took it over): its ``on_lost`` callback runs at once, in
@@ -9,7 +9,7 @@ the keeper's thread.  When renewals keep failing (the database is unreachable: a
 partition) until the leases are about to expire, the keeper *fences itself*: every held
 run is reported lost, so that its sessions stop before another worker may take over.
 
-:func:`process_owner` names this process for the leases it takes.
+``process_owner`` names this process for the leases it takes.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tickwork._otel import span
 from tickwork.stores import metrics
 from tickwork.stores.records import Lease
 from tickwork.stores.store import JournalStore
@@ -94,7 +95,12 @@ class _Renewal:
 
     def _run(self, store: JournalStore, owner: str, seconds: float) -> None:
         try:
-            self.kept = store.renew_leases(owner, self.leases, seconds)
+            attributes: dict[str, str | int] = {
+                "tickwork.owner": owner,
+                "tickwork.leases": len(self.leases),
+            }
+            with span("tickwork.fleet.renew", attributes):
+                self.kept = store.renew_leases(owner, self.leases, seconds)
         except Exception as error:
             self.error = error
         finally:
@@ -125,7 +131,7 @@ class LeaseKeeper:
         self._renewal: _Renewal | None = None
 
     def hold(self, lease: Lease, on_lost: Callable[[str], None]) -> None:
-        """Keep ``lease`` alive until :meth:`drop`; ``on_lost(reason)`` if it is lost."""
+        """Keep ``lease`` alive until ``drop``; ``on_lost(reason)`` if it is lost."""
         with self._lock:
             if not self._held:
                 self._last_success = time.monotonic()
@@ -223,10 +229,12 @@ class LeaseKeeper:
                 held = self._held.pop(run_id, None)
             if held is not None:
                 metrics.add("tickwork.fleet.lost_leases")
-                try:
-                    held.on_lost(reason)
-                except Exception:
-                    _log.exception("the lease-lost callback of run %s failed", run_id)
+                attributes = {"tickwork.run_id": run_id, "tickwork.reason": reason}
+                with span("tickwork.fleet.lease_lost", attributes):
+                    try:
+                        held.on_lost(reason)
+                    except Exception:
+                        _log.exception("the lease-lost callback of run %s failed", run_id)
 
 
 _KEEPERS: dict[tuple[int, str, float], LeaseKeeper] = {}

@@ -1,6 +1,6 @@
 """An in-memory journal store: the protocol without durability (tests, examples).
 
-It is the reference for the store contract (:mod:`tickwork.stores.store`): claims,
+It is the reference for the store contract (``tickwork.stores.store``): claims,
 leases and fencing, the inbox and the stream behave here exactly as in the SQLite and
 Postgres stores, within one process.
 """
@@ -460,13 +460,13 @@ class InMemoryJournal:
         idempotency_key: str | None = None,
     ) -> bool:
         run = self._run(run_id)
+        key = idempotency_key if idempotency_key is not None else uuid.uuid4().hex
+        if key in run.keys:
+            return False  # delivered before (perhaps what ended the run): a retry
         if run.status in FINISHED:
             raise JournalError(
                 f"run {run_id!r} has finished ({run.status}); the {kind} was not delivered"
             )
-        key = idempotency_key if idempotency_key is not None else uuid.uuid4().hex
-        if key in run.keys:
-            return False
         run.keys.add(key)
         item = InboxItem(
             next(self._item_ids), run_id, kind, copy.deepcopy(payload), key, time.time()
@@ -506,7 +506,7 @@ class InMemoryJournal:
         return sorted(self._workers.values(), key=lambda w: w.worker_id)
 
     async def attach(self, run_id: str, *, serializer: Any = None) -> RemoteHandler:
-        """A handler of ``run_id`` that works from any task (see :mod:`.remote`)."""
+        """A handler of ``run_id`` that works from any task (see ``.remote``)."""
         return await attach(self, run_id, serializer)
 
     async def wait_for_change(self, timeout: float, run_id: str | None = None) -> None:

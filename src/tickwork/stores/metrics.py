@@ -15,13 +15,13 @@ When ``opentelemetry-api`` is importable, these instruments are recorded on the 
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
+
+from tickwork._otel import available
 
 __all__ = ["add", "record"]
 
 _INSTRUMENTS: dict[str, Any] | None = None
-_AVAILABLE: bool | None = None
 
 _COUNTERS = {
     "tickwork.fleet.claims": "runs claimed by a worker",
@@ -36,10 +36,8 @@ _HISTOGRAMS = {
 
 
 def _instruments() -> dict[str, Any] | None:
-    global _INSTRUMENTS, _AVAILABLE
-    if _AVAILABLE is None:
-        _AVAILABLE = importlib.util.find_spec("opentelemetry") is not None
-    if not _AVAILABLE:
+    global _INSTRUMENTS
+    if not available():
         return None
     if _INSTRUMENTS is None:
         from opentelemetry import metrics

@@ -1,19 +1,19 @@
 """The fleet's journal store: PostgreSQL through psycopg 3 (extra ``tickwork[postgres]``).
 
 ``PostgresJournal("postgresql://app@db/app")`` keeps the runs of many processes in one
-schema (:mod:`.postgres_schema`), with the semantics of the in-memory reference store:
+schema (``.postgres_schema``), with the semantics of the in-memory reference store:
 claims with ``FOR UPDATE SKIP LOCKED``, leases and epoch fencing checked by the very
-statement that writes, an inbox and an event stream (:mod:`.postgres_fleet`,
-:mod:`.postgres_sql`), and ``LISTEN``/``NOTIFY`` hints (:mod:`.postgres_notify`).
+statement that writes, an inbox and an event stream (``.postgres_fleet``,
+``.postgres_sql``), and ``LISTEN``/``NOTIFY`` hints (``.postgres_notify``).
 
 psycopg's synchronous connections run on worker threads (``anyio.to_thread``), which
 works under asyncio and trio alike; calls borrow a connection from a pool opened on
-first use (:mod:`.postgres_core`).  ``register_run`` and ``renew_leases`` block their
+first use (``.postgres_core``).  ``register_run`` and ``renew_leases`` block their
 caller, as the protocol says; renewals use a connection of their own, so that a busy
 pool cannot starve a worker's heartbeat.
 
 A lost connection (or a server restarting) is retried with backoff for about ten
-seconds before the call fails with a :class:`JournalError` naming the store, the run
+seconds before the call fails with a ``JournalError`` naming the store, the run
 and the seq.  An ``append`` whose commit may have happened although its acknowledgement
 was lost checks, before writing again, whether its records are already there: a record
 is never dropped, and never written twice.
@@ -35,6 +35,7 @@ except ImportError as missing:  # pragma: no cover - depends on the installation
 
 from tickwork.stores.postgres_core import (
     Connection,
+    autocommit,
     dumps,
     fence_params,
     fence_sql,
@@ -73,11 +74,11 @@ class PostgresJournal(PostgresFleetStore):
     retry_seconds=10.0)``: ``dsn`` is a libpq connection string or URL, ``schema`` the
     schema that holds the tables.  With ``migrate=True`` the first use applies the
     migrations the schema lacks (creating it if needed); with ``migrate=False`` it only
-    checks that the schema is up to date (``tickwork db migrate`` or :meth:`migrate`
+    checks that the schema is up to date (``tickwork db migrate`` or ``migrate``
     bring it there).  Calls use up to ``pool_size`` pooled connections at once, plus one
     for lease renewals and one for listening to notifications; ``retry_seconds`` bounds
     how long a call retries a lost connection.  Nothing connects before the first call
-    (or :meth:`check`); :meth:`close` closes every connection.
+    (or ``check``); ``close`` closes every connection.
     """
 
     # -- registering and submitting runs ------------------------------------------
@@ -119,7 +120,7 @@ class PostgresJournal(PostgresFleetStore):
     def _register(
         self, conn: Connection, params: dict[str, Any], lease: Lease | None, owner: str | None
     ) -> Lease | None:
-        """The body of :meth:`register_run`, in its transaction."""
+        """The body of ``register_run``, in its transaction."""
         q, run_id = self._q, params["run_id"]
         conn.execute(
             f"INSERT INTO {q}.runs (run_id, workflow_name, status, last_seq, journal_format, "
@@ -265,11 +266,12 @@ class PostgresJournal(PostgresFleetStore):
         )
 
         def write(conn: Connection, attempt: int) -> None:
-            if attempt and self._already_appended(conn, params, lease, final_status):
-                return
-            self._execute_append(conn, sql, params, lease)
-            if final_status is not None or stream:
-                self._notify(conn, run_id)
+            with autocommit(conn):  # the append is one statement (each step waits on it)
+                if attempt and self._already_appended(conn, params, lease, final_status):
+                    return
+                self._execute_append(conn, sql, params, lease)
+                if final_status is not None or stream:
+                    self._notify(conn, run_id)
 
         if not records:
             action = "updating the run"
@@ -487,5 +489,5 @@ class PostgresJournal(PostgresFleetStore):
         return await self._entries(f"{where} AND r.workflow_name = %s", (workflow_name,))
 
     async def attach(self, run_id: str, *, serializer: Any = None) -> RemoteHandler:
-        """A handler of ``run_id`` that works from any process (see :mod:`.remote`)."""
+        """A handler of ``run_id`` that works from any process (see ``.remote``)."""
         return await attach(self, run_id, serializer)

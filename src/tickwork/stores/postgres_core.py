@@ -1,10 +1,10 @@
 """The plumbing of the Postgres journal store: connections, retries, fences, hints.
 
-:class:`PostgresStoreBase` holds what every call of :class:`~.postgres.PostgresJournal`
+``PostgresStoreBase`` holds what every call of ``PostgresJournal``
 goes through: the connection pool (opened on first use, after the schema is migrated
 or checked), the retry loop that survives a lost connection, the diagnosis of a refused
 fenced write, and the notifications.  The store's calls themselves live in
-:mod:`.postgres_fleet` (ownership, inbox, stream, workers) and :mod:`.postgres` (the
+``.postgres_fleet`` (ownership, inbox, stream, workers) and ``.postgres`` (the
 journal), each a subclass of the one before.
 """
 
@@ -15,7 +15,7 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import anyio
@@ -78,6 +78,19 @@ def outcome_texts(outcome: RunOutcome | None, label: str) -> tuple[str | None, s
     return result, error
 
 
+@contextlib.contextmanager
+def autocommit(conn: Connection) -> Iterator[None]:
+    """Run a write of one statement without ``BEGIN`` and ``COMMIT``: the statement is
+    atomic by itself, and it costs one round trip to the server instead of three."""
+    conn.autocommit = True
+    try:
+        yield
+    finally:
+        # A broken connection is discarded by the pool; nothing to restore then.
+        with contextlib.suppress(psycopg.Error):
+            conn.autocommit = False
+
+
 def fence_sql(lease: Lease | None) -> str:
     """The ``WHERE`` condition of a write of ``%(run_id)s``, fenced by ``lease``."""
     fence = "run_id = %(run_id)s"
@@ -85,7 +98,7 @@ def fence_sql(lease: Lease | None) -> str:
 
 
 def fence_params(run_id: str, lease: Lease | None) -> dict[str, Any]:
-    """The parameters :func:`fence_sql` needs."""
+    """The parameters ``fence_sql`` needs."""
     return {
         "run_id": run_id,
         "owner": None if lease is None else lease.owner,
@@ -276,7 +289,7 @@ class PostgresStoreBase:
         run_id: str | None = None,
         seq: int | None = None,
     ) -> T:
-        """:meth:`_blocking` on a worker thread, at most ``pool_size`` at once."""
+        """``_blocking`` on a worker thread, at most ``pool_size`` at once."""
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(self._pool_size)
         call = functools.partial(self._blocking, fn, action=action, run_id=run_id, seq=seq)

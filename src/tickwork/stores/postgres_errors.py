@@ -1,7 +1,7 @@
 """How the Postgres journal store names itself and words its errors.
 
 Nothing psycopg raises leaves the store as such: every error becomes a
-:class:`JournalError` whose message names the store (its DSN without the password, and
+``JournalError`` whose message names the store (its DSN without the password, and
 its schema), the run and the seq where they are known, and says what to do; the psycopg
 error is kept as ``__cause__``.  This module also decides which errors are *transient*
 (a lost connection, a server restarting, a serialization conflict): those are retried
@@ -95,9 +95,9 @@ def is_transient(error: BaseException) -> bool:
 
 
 def pg_failure(error: psycopg.Error, label: str, action: str, attempts: int = 1) -> JournalError:
-    """The :class:`JournalError` for ``error`` met while doing ``action`` (raise it
+    """The ``JournalError`` for ``error`` met while doing ``action`` (raise it
     ``from error``): ``<label>: <action> failed: <error> (SQLSTATE x)<hint>``; a
-    :class:`StoreUnavailable` when the connection or the server went away."""
+    ``StoreUnavailable`` when the connection or the server went away."""
     message = " ".join(str(error).split()) or type(error).__name__
     state = f" (SQLSTATE {error.sqlstate})" if error.sqlstate else ""
     unavailable = is_connection_failure(error)

@@ -135,18 +135,18 @@ class PostgresFleetStore(PostgresStoreBase):
         ``JournalError`` and the caller's next renewal tries again."""
         if not leases:
             return set()
-        # A run that finished under its lease is kept too (not renewed): its owner is
-        # still writing its final snapshot.
+        # A run that finished under its lease is kept too (its lease is not extended):
+        # its owner is still writing its final snapshot.  One UPDATE matches both, so a
+        # renewal that waits for the row lock of the run's last append re-checks the row
+        # as that append left it (a read of the statement's snapshot would see it neither
+        # running nor finished, and report the run lost).
         sql = (
             "WITH l AS (SELECT * FROM unnest(%(run_ids)s::text[], %(epochs)s::bigint[]) "
-            "AS l(run_id, epoch)), "
-            f"renewed AS (UPDATE {self._q}.runs AS r SET lease_until = now() + "
-            "make_interval(secs => %(lease_seconds)s) FROM l "
-            "WHERE r.run_id = l.run_id AND r.epoch = l.epoch AND r.owner = %(owner)s "
-            "AND r.status = 'running' RETURNING r.run_id) "
-            "SELECT run_id FROM renewed UNION ALL "
-            f"SELECT r.run_id FROM {self._q}.runs AS r JOIN l ON r.run_id = l.run_id "
-            f"AND r.epoch = l.epoch WHERE r.owner = %(owner)s AND r.status IN {FINISHED_SQL}"
+            "AS l(run_id, epoch)) "
+            f"UPDATE {self._q}.runs AS r SET lease_until = CASE WHEN r.status = 'running' "
+            "THEN now() + make_interval(secs => %(lease_seconds)s) ELSE r.lease_until END "
+            "FROM l WHERE r.run_id = l.run_id AND r.epoch = l.epoch AND r.owner = %(owner)s "
+            f"AND (r.status = 'running' OR r.status IN {FINISHED_SQL}) RETURNING r.run_id"
         )
         params = {
             "owner": owner,
@@ -256,6 +256,8 @@ class PostgresFleetStore(PostgresStoreBase):
             row = conn.execute(sql, params).fetchone()
             assert row is not None
             if not row[0]:
+                if not fresh and self._key_used(conn, run_id, params["key"]):
+                    return False  # delivered before (perhaps what ended the run): a retry
                 raise self._not_deliverable(conn, run_id, kind)
             if row[1]:
                 self._notify(conn, run_id)
@@ -265,6 +267,14 @@ class PostgresFleetStore(PostgresStoreBase):
             return fresh and attempt > 0
 
         return await self._call(write, action=f"sending a {kind}", run_id=run_id)
+
+    def _key_used(self, conn: Connection, run_id: str, key: str) -> bool:
+        """Whether an item with ``key`` was left in the run's inbox before."""
+        row = conn.execute(
+            f"SELECT 1 FROM {self._q}.inbox WHERE run_id = %s AND idempotency_key = %s",
+            (run_id, key),
+        ).fetchone()
+        return row is not None
 
     def _not_deliverable(self, conn: Connection, run_id: str, kind: str) -> JournalError:
         row = conn.execute(

@@ -3,12 +3,12 @@
 Notifications are hints (scale-out.md §5): everything works by polling when they are
 lost, so neither side ever raises because of them.
 
-*Out*: :class:`Notifier` sends a run's id on the store's channel after the transaction
+*Out*: ``Notifier`` sends a run's id on the store's channel after the transaction
 that changed the run has committed (never inside it: a notifying commit takes a global
 lock in PostgreSQL).  Ids that pile up while one is being sent go out together in one
 statement, each once.
 
-*In*: :class:`ChangeListener` keeps one dedicated connection listening on the channel.
+*In*: ``ChangeListener`` keeps one dedicated connection listening on the channel.
 The tasks waiting for a change take turns *leading*: the leader waits on the
 connection in a worker thread and, when something arrives, wakes every waiter it
 concerns; the others just wait for that.  So any number of waiters costs one thread and
@@ -89,7 +89,7 @@ class Notifier:
 
 
 class _Waiter:
-    """One task in :meth:`ChangeListener.wait`."""
+    """One task in ``ChangeListener.wait``."""
 
     __slots__ = ("fired", "run_id", "wake")
 
@@ -142,9 +142,18 @@ class ChangeListener:
             self._dispatch()
 
     def _dispatch(self) -> None:
-        """Wake the waiters the received payloads concern."""
-        with self._conn_lock:
+        """Wake the waiters the received payloads concern.
+
+        Called on the event loop: it must not wait for the lock, which a polling thread
+        holds for up to a second (an abandoned one, when its leader was cancelled).  If
+        the lock is busy, the thread holding it keeps what it receives for the next
+        leader, whose poll returns at once and dispatches it."""
+        if not self._conn_lock.acquire(blocking=False):
+            return
+        try:
             received, self._received = set(self._received), []
+        finally:
+            self._conn_lock.release()
         if not received:
             return
         for waiter in self._waiters:

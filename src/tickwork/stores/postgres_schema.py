@@ -2,7 +2,7 @@
 
 All tables live in one schema (``tickwork`` by default), so several applications, or
 the tests, can share a database.  ``schema_migrations`` records the versions applied;
-:func:`migrate` applies the missing ones in one transaction, under an advisory lock
+``migrate`` applies the missing ones in one transaction, under an advisory lock
 taken on the schema's name, so that workers starting together never race on the DDL.
 
 Stored values are ``json``, not ``jsonb``: ``json`` keeps the text it was given, so
@@ -158,7 +158,7 @@ def schema_version(conn: psycopg.Connection[TupleRow], schema: str) -> int | Non
 
 
 def migrate_schema(conn: psycopg.Connection[TupleRow], schema: str, label: str) -> list[int]:
-    """Bring ``schema`` to :data:`LATEST_VERSION` in one transaction (creating the schema
+    """Bring ``schema`` to ``LATEST_VERSION`` in one transaction (creating the schema
     if needed); the versions applied, oldest first (empty when it was up to date).
 
     Concurrent callers serialize on an advisory lock, so each version is applied once.

@@ -36,7 +36,7 @@ def _epoch(column: str) -> str:
 
 
 def entry_columns(alias: str) -> str:
-    """The columns :func:`entry_from_row` reads, from the runs table aliased ``alias``."""
+    """The columns ``entry_from_row`` reads, from the runs table aliased ``alias``."""
     a = f"{alias}."
     return ", ".join(
         (
@@ -65,11 +65,11 @@ def entry_columns(alias: str) -> str:
 
 
 ENTRY_WIDTH = 19
-"""How many columns :func:`entry_columns` selects."""
+"""How many columns ``entry_columns`` selects."""
 
 
 def entry_from_row(row: tuple[Any, ...]) -> RunEntry:
-    """A :class:`RunEntry` from the first :data:`ENTRY_WIDTH` columns of ``row``."""
+    """A ``RunEntry`` from the first ``ENTRY_WIDTH`` columns of ``row``."""
     (
         run_id,
         workflow_name,
@@ -113,18 +113,18 @@ def entry_from_row(row: tuple[Any, ...]) -> RunEntry:
 
 
 def inbox_item_from_row(row: tuple[Any, ...]) -> InboxItem:
-    """An :class:`InboxItem` from ``item_id, run_id, kind, payload, key, created_at``."""
+    """An ``InboxItem`` from ``item_id, run_id, kind, payload, key, created_at``."""
     item_id, run_id, kind, payload, key, created_at = row
     return InboxItem(int(item_id), run_id, kind, payload, key, float(created_at))
 
 
 def stream_item_from_row(row: tuple[Any, ...]) -> StreamItem:
-    """A :class:`StreamItem` from ``seq, event``."""
+    """A ``StreamItem`` from ``seq, event``."""
     return StreamItem(int(row[0]), row[1])
 
 
 def worker_from_row(row: tuple[Any, ...]) -> WorkerEntry:
-    """A :class:`WorkerEntry` from ``worker_id, info, started_at, last_seen, runs``."""
+    """A ``WorkerEntry`` from ``worker_id, info, started_at, last_seen, runs``."""
     worker_id, info, started_at, last_seen, runs = row
     return WorkerEntry(worker_id, dict(info or {}), started_at, last_seen, tuple(runs or ()))
 

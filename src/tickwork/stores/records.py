@@ -1,10 +1,10 @@
-"""The records a journal store keeps and hands out (the protocol is in :mod:`.store`).
+"""The records a journal store keeps and hands out (the protocol is in ``.store``).
 
-Plain frozen data: what a store knows about a run (:class:`RunEntry`), the ownership a
-worker holds on it (:class:`Lease`, handed out by a :class:`Claim`), the messages other
-processes leave for it (:class:`InboxItem`), the events it published
-(:class:`StreamItem`), how it ended (:class:`RunOutcome`) and the workers of a fleet
-(:class:`WorkerEntry`), plus the errors every store raises.
+Plain frozen data: what a store knows about a run (``RunEntry``), the ownership a
+worker holds on it (``Lease``, handed out by a ``Claim``), the messages other
+processes leave for it (``InboxItem``), the events it published
+(``StreamItem``), how it ended (``RunOutcome``) and the workers of a fleet
+(``WorkerEntry``), plus the errors every store raises.
 """
 
 from __future__ import annotations

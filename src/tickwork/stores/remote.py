@@ -1,4 +1,4 @@
-"""Following and answering a run from any process: :class:`RemoteHandler`.
+"""Following and answering a run from any process: ``RemoteHandler``.
 
 ``await store.attach(run_id)`` (or ``await workflow.submit(...)``) gives a handler that
 talks to the run through its journal store only, so the run may be owned by any worker
@@ -37,7 +37,7 @@ POLL_SECONDS = 1.0
 async def attach(
     store: JournalStore, run_id: str, serializer: BaseSerializer | None = None
 ) -> RemoteHandler:
-    """A :class:`RemoteHandler` of ``run_id`` (``JournalError`` if the store has no such
+    """A ``RemoteHandler`` of ``run_id`` (``JournalError`` if the store has no such
     run)."""
     if await store.get_run(run_id) is None:
         raise JournalError(f"the journal has no run {run_id!r}")
@@ -54,7 +54,7 @@ class RemoteHandler:
         self.run_id = run_id
         self.serializer = serializer or JsonSerializer()
         self.position = -1
-        """The stream position of the last event :meth:`stream_events` yielded."""
+        """The stream position of the last event ``stream_events`` yielded."""
 
     def __repr__(self) -> str:
         return f"RemoteHandler({self.run_id!r}, {self.store!r})"
@@ -126,8 +126,8 @@ class RemoteHandler:
         event is durable in the run's inbox.
 
         With the same ``idempotency_key`` a send is delivered once however often it is
-        made; returns whether this call delivered it.  ``JournalError`` if the run has
-        finished.
+        made; returns whether this call delivered it (a retry returns ``False``, even
+        once the run has finished).  ``JournalError`` for a new event to a finished run.
         """
         payload = {"event": self.serializer.to_record(event), "step": step}
         return await self.store.send(self.run_id, "send", payload, idempotency_key=idempotency_key)

@@ -1,19 +1,24 @@
 """The embedded durable journal store: standard-library ``sqlite3`` in WAL mode.
 
-Every call runs on a worker thread (``anyio.to_thread``) holding one connection behind
-a capacity limiter of one, so the event loop never blocks on the disk.  Commits are
-durable (``synchronous=FULL``: the WAL is fsync'd on every commit) and one ``append``
-is one transaction, so a batch of ticks is either fully there after a crash or not at
-all.
+Every call runs on a worker thread (``anyio.to_thread``) holding one connection, so
+the event loop never blocks on the disk.  Commits are durable (``synchronous=FULL``: the
+WAL is fsync'd on every commit) and one ``append`` is in one transaction, so a batch of
+ticks is either fully there after a crash or not at all.  Calls go through a queue
+(``.group_commit``): those that arrive while the thread is busy go together in its
+next trip, and the writes of running runs among them (appends, snapshots, outcomes,
+alive times) are committed in one transaction, with one fsync (group commit across
+runs), each in a savepoint of its own so that one run's refused or failed write fails
+that run only.
 
-Several processes may share one file (the fleet contract of :mod:`.store` on one
+Several processes may share one file (the fleet contract of ``.store`` on one
 machine): every read-modify-write is a ``BEGIN IMMEDIATE`` transaction and a busy
-connection waits up to :data:`BUSY_TIMEOUT_S` for the write lock instead of failing.
+connection waits up to ``BUSY_TIMEOUT_S`` for the write lock instead of failing.
 Writes carrying a lease are fenced in the statement that changes the run
 (``WHERE owner = ? AND epoch = ? AND last_seq = ?``).  The schema is versioned and
-migrated on open (:mod:`.sqlite_schema`); the fleet statements are in
-:mod:`.sqlite_fleet`.  ``wait_for_change`` sleeps up to its timeout and wakes early only
-for changes made through this store object (other processes are seen by polling).
+migrated on open (``.sqlite_schema``); the fleet statements are in
+``.sqlite_fleet``.  ``wait_for_change`` sleeps up to its timeout and wakes early only
+for changes of its run made through this store object (other processes are seen by
+polling).
 
 Nothing ``sqlite3`` raises leaves the store as such: a path that cannot hold a journal,
 a file that cannot be opened, a damaged page or a stored value that does not decode is a
@@ -36,6 +41,7 @@ import anyio.to_thread
 
 from tickwork.stores import sqlite_fleet as fleet
 from tickwork.stores import sqlite_writes as writes
+from tickwork.stores.group_commit import GroupCommit, PendingCall
 from tickwork.stores.records import (
     UNFINISHED,
     Claim,
@@ -65,7 +71,7 @@ from tickwork.stores.sqlite_schema import (
     placeholders,
     prepare,
 )
-from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS
+from tickwork.stores.store import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_CLAIMS, is_progress
 from tickwork.types import JournalRecord
 
 __all__ = ["BUSY_TIMEOUT_S", "SqliteJournal"]
@@ -101,7 +107,7 @@ class SqliteJournal:
     The constructor checks the path cheaply (its directory exists and is writable; the
     path, when it exists, is a readable and writable regular file) and raises
     ``JournalError`` naming it; the file itself is opened (and created, or migrated from
-    an older tickwork) by :meth:`check` or the first call.  Several processes may use
+    an older tickwork) by ``check`` or the first call.  Several processes may use
     one file at once.
     """
 
@@ -110,12 +116,14 @@ class SqliteJournal:
         check_journal_path(self.path)
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
-        self._limiter: anyio.CapacityLimiter | None = None
         # Lease renewals have their own connection: the renewal thread never queues
         # behind the event loop's calls.
         self._renew_conn: sqlite3.Connection | None = None
         self._renew_lock = threading.Lock()
-        self._changed: anyio.Event | None = None
+        # The events of ``wait_for_change`` callers, by the run they wait for (``None``:
+        # any run).
+        self._changed: dict[str | None, list[anyio.Event]] = {}
+        self._queue = GroupCommit(self._run_batch)
 
     def __repr__(self) -> str:
         return f"SqliteJournal({self.path!r})"
@@ -169,17 +177,34 @@ class SqliteJournal:
         run_id: str | None = None,
         action: str = "a journal call",
     ) -> T:
-        """Run ``fn(connection)`` on a worker thread; an ``sqlite3`` error becomes a
-        ``JournalError`` naming the path, ``run_id`` (if given) and ``action``."""
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(1)
-        call = functools.partial(self._call_blocking, fn, run_id=run_id, action=action)
-        return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+        """Run ``fn(connection)`` on the worker thread, in the next batch of the call
+        queue; an ``sqlite3`` error becomes a ``JournalError`` naming the path,
+        ``run_id`` (if given) and ``action``."""
+        result: T = await self._queue.call(fn, run_id=run_id, action=action)
+        return result
+
+    async def _write(
+        self, body: Callable[[sqlite3.Connection], T], *, run_id: str, action: str
+    ) -> T:
+        """Commit ``body(connection)``, a write made inside a transaction, in the next
+        batch's transaction (group commit); its result, or raise its error."""
+        result: T = await self._queue.call(body, run_id=run_id, action=action, write=True)
+        return result
+
+    async def _run_batch(self, batch: list[PendingCall]) -> None:
+        """Run a batch of the call queue on a worker thread (see ``writes.run_batch``)."""
+
+        def run() -> None:
+            with self._lock:
+                writes.run_batch(self._connect(), self.path, batch)
+
+        await anyio.to_thread.run_sync(run)
 
     def _call_blocking(
         self, fn: Callable[[sqlite3.Connection], T], *, run_id: str | None, action: str
     ) -> T:
-        """Like :meth:`_call`, on the calling thread (the synchronous ``register_run``)."""
+        """``fn(connection)`` on the calling thread (the synchronous ``register_run``);
+        an ``sqlite3`` error becomes a ``JournalError`` as in ``_call``."""
         with self._lock:
             conn = self._connect()
             try:
@@ -199,11 +224,23 @@ class SqliteJournal:
                     except sqlite3.Error as error:
                         raise sqlite_failure(error, self.path, "closing the file") from error
 
-    def _notify(self) -> None:
-        """Wake this process's ``wait_for_change`` callers (other processes poll)."""
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
+    def _notify(self, run_id: str | None) -> None:
+        """Wake this process's ``wait_for_change`` callers waiting for ``run_id`` or for
+        any run (``None``: every caller); other processes poll.
+
+        Only the run's own waiters: with a thousand runs live, waking every run's inbox
+        pump for each run's change would cost a million inbox reads."""
+        changed = self._changed
+        if not changed:
+            return
+        if run_id is None:
+            woken = list(changed.values())
+            changed.clear()
+        else:
+            woken = [changed.pop(run_id, []), changed.pop(None, [])]
+        for events in woken:
+            for event in events:
+                event.set()
 
     # -- registering and submitting runs ------------------------------------------
 
@@ -260,7 +297,7 @@ class SqliteJournal:
         )
         created = await self._call(write, run_id=run_id, action="submitting the run")
         if created:
-            self._notify()
+            self._notify(run_id)
         return created
 
     # -- the journal -----------------------------------------------------------------
@@ -288,11 +325,12 @@ class SqliteJournal:
             final_status,
             outcome,
             lease,
+            is_progress(records),
         )
         write = functools.partial(writes.append, path=self.path, rows=rows, now=time.time())
-        await self._call(write, run_id=run_id, action="appending records")
+        await self._write(write, run_id=run_id, action="appending records")
         if final_status is not None or stream:
-            self._notify()
+            self._notify(run_id)
 
     async def write_snapshot(
         self, run_id: str, seq: int, snapshot: dict[str, Any], *, lease: Lease | None = None
@@ -305,7 +343,7 @@ class SqliteJournal:
             snapshot_text=json.dumps(snapshot),
             lease=lease,
         )
-        await self._call(write, run_id=run_id, action="writing a snapshot")
+        await self._write(write, run_id=run_id, action="writing a snapshot")
 
     async def _fenced_update(
         self, run_id: str, statement: str, args: tuple[Any, ...], lease: Lease | None, what: str
@@ -319,7 +357,7 @@ class SqliteJournal:
             lease=lease,
             what=what,
         )
-        await self._call(write, run_id=run_id, action=what)
+        await self._write(write, run_id=run_id, action=what)
 
     async def mark_finished(
         self,
@@ -338,7 +376,7 @@ class SqliteJournal:
             args += outcome_columns(outcome)
         statement = f"UPDATE runs SET {sets} WHERE run_id = ?"
         await self._fenced_update(run_id, statement, args, lease, "recording the run's outcome")
-        self._notify()
+        self._notify(run_id)
 
     async def record_alive_time(
         self, run_id: str, elapsed_alive: float, *, lease: Lease | None = None
@@ -542,7 +580,7 @@ class SqliteJournal:
             now=time.time(),
         )
         await self._call(release, run_id=lease.run_id, action=f"releasing the run as {status}")
-        self._notify()
+        self._notify(lease.run_id)
 
     async def expire_owner(self, owner: str) -> int:
         ended = await self._call(
@@ -550,7 +588,7 @@ class SqliteJournal:
             action=f"ending the leases of {owner}",
         )
         if ended:
-            self._notify()
+            self._notify(None)
         return ended
 
     # -- inbox and stream --------------------------------------------------------------
@@ -574,7 +612,7 @@ class SqliteJournal:
         )
         inserted = await self._call(insert, run_id=run_id, action=f"sending a {kind}")
         if inserted:
-            self._notify()
+            self._notify(run_id)
         return inserted
 
     async def read_inbox(self, run_id: str) -> list[InboxItem]:
@@ -614,13 +652,22 @@ class SqliteJournal:
         return await self._call(read, action="listing the workers")
 
     async def wait_for_change(self, timeout: float, run_id: str | None = None) -> None:
-        """Sleep up to ``timeout``; wake early when this store object wrote a change
-        (changes by other processes are only seen by the caller's next poll)."""
-        if self._changed is None:
-            self._changed = anyio.Event()
-        with anyio.move_on_after(timeout):
-            await self._changed.wait()
+        """Sleep up to ``timeout``; wake early when this store object wrote a change of
+        ``run_id`` (``None``: of any run); changes by other processes are only seen by
+        the caller's next poll."""
+        event = anyio.Event()
+        self._changed.setdefault(run_id, []).append(event)
+        try:
+            with anyio.move_on_after(timeout):
+                await event.wait()
+        finally:
+            if not event.is_set():  # timed out or cancelled: leave nothing behind
+                events = self._changed.get(run_id, [])
+                if event in events:
+                    events.remove(event)
+                    if not events:
+                        del self._changed[run_id]
 
     async def attach(self, run_id: str, *, serializer: Any = None) -> RemoteHandler:
-        """A handler of ``run_id`` that works from any process (see :mod:`.remote`)."""
+        """A handler of ``run_id`` that works from any process (see ``.remote``)."""
         return await attach(self, run_id, serializer)

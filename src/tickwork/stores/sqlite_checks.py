@@ -1,7 +1,7 @@
 """What the SQLite journal store checks and how it words its errors.
 
 Every problem the SQLite store meets — a path it cannot use, an ``sqlite3`` error, a
-stored value that does not decode — is raised as a :class:`JournalError` whose message
+stored value that does not decode — is raised as a ``JournalError`` whose message
 names the journal file, the run and the sequence number where they are known, so that a
 damaged journal can be found and dealt with from the message alone.
 """

@@ -1,11 +1,11 @@
 """The fleet half of the SQLite journal: ownership (claims, fencing, renewals,
 releases), the inbox, the event stream and the workers table.
 
-Plain synchronous functions on a ``sqlite3`` connection; :class:`SqliteJournal` runs
+Plain synchronous functions on a ``sqlite3`` connection; ``SqliteJournal`` runs
 them on its worker thread.  Every read-modify-write is one ``BEGIN IMMEDIATE``
 transaction, which holds the file's write lock from its first read, so several
 processes sharing one file never hand out the same run twice.  The semantics are those
-of :class:`~tickwork.stores.memory.InMemoryJournal`.
+of ``InMemoryJournal``.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def no_run(path: str, run_id: str) -> JournalError:
 
 
 def require_run(conn: sqlite3.Connection, path: str, run_id: str) -> None:
-    """Raise :func:`no_run` unless the file holds ``run_id``."""
+    """Raise ``no_run`` unless the file holds ``run_id``."""
     if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
         raise no_run(path, run_id)
 
@@ -268,20 +268,31 @@ def claim_one(
 def renew(
     conn: sqlite3.Connection, owner: str, leases: Sequence[Lease], lease_until: float
 ) -> set[str]:
-    """Extend the leases ``owner`` still holds to ``lease_until``; the ids of those runs."""
+    """Extend the leases ``owner`` still holds to ``lease_until``; the ids of those runs.
+
+    A run that finished under its lease is still held (it was not lost: its owner
+    finished it, and is about to stop renewing it), but its lease is not extended."""
     kept: set[str] = set()
     if not leases:
         return kept
     with immediate(conn):
         for lease in leases:
+            key = (lease.run_id, owner, lease.epoch)
             cursor = conn.execute(
                 "UPDATE runs SET lease_until = ? WHERE run_id = ? AND owner = ? AND epoch = ? "
                 "AND status = 'running'",
-                (lease_until, lease.run_id, owner, lease.epoch),
+                (lease_until, *key),
             )
-            if cursor.rowcount:
+            if cursor.rowcount or conn.execute(_FINISHED_UNDER_LEASE, key).fetchone():
                 kept.add(lease.run_id)
     return kept
+
+
+_FINISHED_LIST = ", ".join(repr(status) for status in sorted(FINISHED))
+_FINISHED_UNDER_LEASE = (
+    "SELECT 1 FROM runs WHERE run_id = ? AND owner = ? AND epoch = ? "
+    f"AND status IN ({_FINISHED_LIST})"
+)
 
 
 def release(
@@ -292,21 +303,18 @@ def release(
     wake_at: float | None,
     now: float,
 ) -> None:
-    """Hand ``lease``'s run back as ``status`` (fenced by the lease)."""
+    """Hand ``lease``'s run back as ``status`` (fenced by the lease).  A run that
+    finished under ``lease`` is left as it is (given back, it would run again); a lease
+    that no longer holds the run is refused (``LeaseLost``)."""
+    key = (lease.run_id, lease.owner, lease.epoch)
     with immediate(conn):
         cursor = conn.execute(
             "UPDATE runs SET status = ?, owner = NULL, lease_until = NULL, wake_at = ?, "
-            "updated_at = ? WHERE run_id = ? AND owner = ? AND epoch = ?",
-            (
-                status,
-                wake_at if status == "parked" else None,
-                now,
-                lease.run_id,
-                lease.owner,
-                lease.epoch,
-            ),
+            "updated_at = ? WHERE run_id = ? AND owner = ? AND epoch = ? "
+            f"AND status NOT IN ({_FINISHED_LIST})",
+            (status, wake_at if status == "parked" else None, now, *key),
         )
-        if not cursor.rowcount:
+        if not cursor.rowcount and not conn.execute(_FINISHED_UNDER_LEASE, key).fetchone():
             what = f"releasing the run as {status}"
             raise fence_refused(conn, path, lease.run_id, lease, what)
 
@@ -340,6 +348,8 @@ def insert_inbox_item(
         if row is None:
             raise no_run(path, run_id)
         if row[0] in FINISHED:
+            if _key_used(conn, run_id, key):
+                return False  # delivered before (perhaps what ended the run): a retry
             raise JournalError(
                 f"{journal_label(path, run_id)}: the run has finished ({row[0]}); the {kind} "
                 "was not delivered"
@@ -353,6 +363,14 @@ def insert_inbox_item(
             return False
         conn.execute("UPDATE runs SET updated_at = ? WHERE run_id = ?", (now, run_id))
     return True
+
+
+def _key_used(conn: sqlite3.Connection, run_id: str, key: str) -> bool:
+    """Whether an item with ``key`` was left in the run's inbox before."""
+    row = conn.execute(
+        "SELECT 1 FROM inbox WHERE run_id = ? AND idempotency_key = ?", (run_id, key)
+    ).fetchone()
+    return row is not None
 
 
 def _load(text: str | None, path: str, run_id: str, what: str) -> Any:

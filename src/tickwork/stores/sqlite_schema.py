@@ -1,8 +1,8 @@
 """The SQLite journal's schema, its versioned migrations and how its rows are read.
 
-The schema version is the file's ``PRAGMA user_version``; :data:`MIGRATIONS` are the
+The schema version is the file's ``PRAGMA user_version``; ``MIGRATIONS`` are the
 ordered steps from an empty file (or a file of an older tickwork) to the current
-schema.  :func:`prepare` applies the missing ones on open, in one ``BEGIN IMMEDIATE``
+schema.  ``prepare`` applies the missing ones on open, in one ``BEGIN IMMEDIATE``
 transaction, so several processes opening one old file migrate it exactly once and a
 crash mid-migration leaves the old schema intact.
 
@@ -180,7 +180,7 @@ def _version(conn: sqlite3.Connection) -> int:
 
 def prepare(conn: sqlite3.Connection, path: str) -> None:
     """Set the connection up (WAL, fsync per commit) and migrate the file to
-    :data:`SCHEMA_VERSION`; a file of a newer tickwork raises ``JournalError``."""
+    ``SCHEMA_VERSION``; a file of a newer tickwork raises ``JournalError``."""
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     if _version(conn) == SCHEMA_VERSION:
@@ -205,7 +205,7 @@ ENTRY_COLUMNS = (
     "start_event, elapsed_alive, queue, priority, owner, epoch, lease_until, wake_at, "
     "claims_without_progress, outcome_result, outcome_error"
 )
-"""The columns :func:`decode_entry` reads, in its order."""
+"""The columns ``decode_entry`` reads, in its order."""
 
 
 def placeholders(count: int) -> str:
@@ -240,7 +240,7 @@ def _decode(text: str | None, path: str, run_id: str, what: str) -> Any:
 
 
 def decode_entry(row: Sequence[Any], path: str) -> RunEntry:
-    """The :class:`RunEntry` of a row of :data:`ENTRY_COLUMNS`; a stored JSON value
+    """The ``RunEntry`` of a row of ``ENTRY_COLUMNS``; a stored JSON value
     that does not decode raises ``JournalError`` naming the file and the run."""
     (
         run_id,

@@ -1,29 +1,38 @@
 """The journal writes of the SQLite store: registering and submitting runs, appends,
 snapshots and the one-statement fenced updates of a run.
 
-Plain synchronous functions on a ``sqlite3`` connection, each one ``BEGIN IMMEDIATE``
-transaction; :class:`~tickwork.stores.sqlite.SqliteJournal` encodes the values and runs
-them on its worker thread.  An append is the hot path (one per drain of a durable run):
-its fence lives in the ``UPDATE runs`` it needs anyway, so a fenced append costs no
-extra statement.
+Plain synchronous functions on a ``sqlite3`` connection;
+``SqliteJournal`` encodes the values and runs them on its
+worker thread.  ``register`` and ``submit`` are one ``BEGIN IMMEDIATE`` transaction
+each.  The writes of a running run (``append``, ``write_snapshot``, ``fenced_update``)
+run *inside* a transaction: ``commit_together`` commits the writes of many runs
+that queued up meanwhile (``.group_commit``) in one transaction and one fsync, so
+that a write that fails (a refused fence, a duplicate record) is undone alone and the
+others commit.  An append is the hot path
+(one per drain of a durable run): its fence lives in the ``UPDATE runs`` it needs
+anyway, so a fenced append costs no extra statement.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tickwork.stores.group_commit import PendingCall
 from tickwork.stores.records import JournalError, Lease, LeaseLost, RunOutcome, RunStatus
-from tickwork.stores.sqlite_checks import journal_label
+from tickwork.stores.sqlite_checks import journal_label, sqlite_failure
 from tickwork.stores.sqlite_fleet import check_fence, fence_refused
 from tickwork.stores.sqlite_schema import immediate, outcome_columns, placeholders
 
 __all__ = [
     "AppendRows",
     "append",
+    "commit_together",
+    "run_batch",
     "fenced_update",
     "register",
     "replace_snapshot",
@@ -136,15 +145,19 @@ def submit(
     return True
 
 
-@functools.lru_cache(maxsize=32)
-def _append_sql(has_records: bool, final: bool, fenced: bool) -> str:
+@functools.lru_cache(maxsize=64)
+def _append_sql(has_records: bool, progress: bool, final: bool, fenced: bool) -> str:
     """The one ``UPDATE runs`` of an append: it moves ``last_seq``, resets the poison
-    counter, records the outcome and, with a lease, is the fence (no row changed: the
-    write is refused).  Parameters: ``now``, [``last``], [``status``, ``result``,
-    ``error``], ``run_id``, [``owner``, ``epoch``, [``first - 1``]]."""
+    counter if the records are ``progress`` (``is_progress`` in store.py: not for the
+    record a session opens with alone), records the outcome and, with a lease, is the
+    fence (no row changed: the write is refused).  Parameters: ``now``, [``last``],
+    [``status``, ``result``, ``error``], ``run_id``, [``owner``, ``epoch``,
+    [``first - 1``]]."""
     sets = ["updated_at = ?"]
     if has_records:
-        sets += ["last_seq = MAX(last_seq, ?)", "claims_without_progress = 0"]
+        sets.append("last_seq = MAX(last_seq, ?)")
+        if progress:
+            sets.append("claims_without_progress = 0")
     if final:
         sets += ["status = ?", "outcome_result = ?", "outcome_error = ?"]
         sets += ["lease_until = NULL"]  # the owner stays: its final snapshot is still fenced
@@ -169,11 +182,13 @@ class AppendRows:
     final_status: RunStatus | None
     outcome: RunOutcome | None
     lease: Lease | None
+    progress: bool
 
 
 def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) -> None:
-    """``append`` (store.py) in one transaction: the fenced ``UPDATE runs``, then the
-    records, the state patch, the consumed inbox items and the stream items."""
+    """``append`` (store.py), inside the caller's transaction: the fenced ``UPDATE
+    runs``, then the records, the state patch, the consumed inbox items and the stream
+    items."""
     run_id, records, lease = rows.run_id, rows.records, rows.lease
     first = records[0][1] if records else None
     args: list[Any] = [now]
@@ -186,31 +201,31 @@ def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) ->
         args += [lease.owner, lease.epoch]
         if first is not None:
             args.append(first - 1)
-    update = _append_sql(bool(records), rows.final_status is not None, lease is not None)
-    with immediate(conn):
-        if not conn.execute(update, args).rowcount:
-            fenced_first = first if lease is not None else None
-            raise fence_refused(conn, path, run_id, lease, "appending records", fenced_first)
-        try:
-            conn.executemany("INSERT INTO records VALUES (?, ?, ?)", records)
-        except sqlite3.IntegrityError as error:
-            raise JournalError(
-                f"{journal_label(path, run_id)}: a record in seq {first}..{records[-1][1]} "
-                "was already written"
-            ) from error
-        if rows.patch is not None:
-            conn.execute("INSERT OR REPLACE INTO state_patches VALUES (?, ?, ?)", rows.patch)
-        if rows.consumed:
-            # Consumed by the batch's last record (without records: the last one written
-            # so far), and only once.
-            at = "?" if records else "(SELECT last_seq FROM runs WHERE run_id = ?)"
-            conn.execute(
-                f"UPDATE inbox SET consumed_seq = {at} WHERE run_id = ? AND consumed_seq IS "
-                f"NULL AND item_id IN ({placeholders(len(rows.consumed))})",
-                (records[-1][1] if records else run_id, run_id, *rows.consumed),
-            )
-        if rows.stream:
-            conn.executemany("INSERT OR REPLACE INTO stream VALUES (?, ?, ?)", rows.stream)
+    final, fenced = rows.final_status is not None, lease is not None
+    update = _append_sql(bool(records), rows.progress, final, fenced)
+    if not conn.execute(update, args).rowcount:
+        fenced_first = first if lease is not None else None
+        raise fence_refused(conn, path, run_id, lease, "appending records", fenced_first)
+    try:
+        conn.executemany("INSERT INTO records VALUES (?, ?, ?)", records)
+    except sqlite3.IntegrityError as error:
+        raise JournalError(
+            f"{journal_label(path, run_id)}: a record in seq {first}..{records[-1][1]} "
+            "was already written"
+        ) from error
+    if rows.patch is not None:
+        conn.execute("INSERT OR REPLACE INTO state_patches VALUES (?, ?, ?)", rows.patch)
+    if rows.consumed:
+        # Consumed by the batch's last record (without records: the last one written
+        # so far), and only once.
+        at = "?" if records else "(SELECT last_seq FROM runs WHERE run_id = ?)"
+        conn.execute(
+            f"UPDATE inbox SET consumed_seq = {at} WHERE run_id = ? AND consumed_seq IS "
+            f"NULL AND item_id IN ({placeholders(len(rows.consumed))})",
+            (records[-1][1] if records else run_id, run_id, *rows.consumed),
+        )
+    if rows.stream:
+        conn.executemany("INSERT OR REPLACE INTO stream VALUES (?, ?, ?)", rows.stream)
 
 
 def write_snapshot(
@@ -221,10 +236,9 @@ def write_snapshot(
     snapshot_text: str,
     lease: Lease | None,
 ) -> None:
-    """``write_snapshot``, fenced by ``lease``."""
-    with immediate(conn):
-        check_fence(conn, path, run_id, lease, "writing a snapshot")
-        replace_snapshot(conn, run_id, seq, snapshot_text)
+    """``write_snapshot``, fenced by ``lease``, inside the caller's transaction."""
+    check_fence(conn, path, run_id, lease, "writing a snapshot")
+    replace_snapshot(conn, run_id, seq, snapshot_text)
 
 
 def fenced_update(
@@ -237,12 +251,126 @@ def fenced_update(
     what: str,
 ) -> None:
     """``statement`` (an ``UPDATE runs SET ... WHERE run_id = ?`` taking ``args`` and
-    then the run id) fenced by ``lease``: no row changed raises ``LeaseLost``, or
-    ``JournalError`` for an unknown run."""
+    then the run id) fenced by ``lease``, inside the caller's transaction: no row
+    changed raises ``LeaseLost``, or ``JournalError`` for an unknown run."""
     fence: tuple[Any, ...] = ()
     if lease is not None:
         statement += " AND owner = ? AND epoch = ?"
         fence = (lease.owner, lease.epoch)
-    with immediate(conn):
-        if not conn.execute(statement, (*args, run_id, *fence)).rowcount:
-            raise fence_refused(conn, path, run_id, lease, what)
+    if not conn.execute(statement, (*args, run_id, *fence)).rowcount:
+        raise fence_refused(conn, path, run_id, lease, what)
+
+
+# -- group commit ------------------------------------------------------------------------
+
+
+def run_batch(conn: sqlite3.Connection, path: str, batch: Sequence[PendingCall]) -> None:
+    """Run a batch of the store's call queue (``.group_commit``) and settle each
+    call: the plain calls (reads, claims: each its own transaction, if any) one after
+    the other, then the writes together (``commit_together``).  An ``sqlite3``
+    error of a call becomes a ``JournalError`` naming the file, the run and the call.
+    Never raises for a call's failure."""
+    writes: list[PendingCall] = []
+    for pending in batch:
+        if pending.write:
+            writes.append(pending)
+            continue
+        try:
+            pending.result = pending.body(conn)
+        except Exception as error:
+            pending.error = _failure_of(pending, error, path)
+    if writes:
+        commit_together(conn, path, writes)
+
+
+def commit_together(conn: sqlite3.Connection, path: str, batch: Sequence[PendingCall]) -> None:
+    """Commit the writes of ``batch`` (each ``body(conn)``), in order, in one ``BEGIN
+    IMMEDIATE`` transaction, and settle each with its result or its error.
+
+    A write that raises fails alone: it gets the error (an ``sqlite3`` error becomes a
+    ``JournalError`` naming its run) and the others commit.  Failures are rare (a
+    refused fence, a duplicate record), so the writes first go without savepoints; at
+    the first failure the transaction is rolled back and the writes left go again,
+    each in a savepoint of its own, where a failing one is undone alone.  When SQLite
+    rolls a whole transaction back (an I/O error, a full disk), the writes that had
+    succeeded go again in a new one.  A failed ``BEGIN`` or ``COMMIT`` fails every
+    write it held.  Never raises for a write's failure.
+    """
+    todo, careful = list(batch), False
+    while todo:
+        todo = _one_transaction(conn, path, todo, careful)
+        careful = True
+
+
+def _one_transaction(
+    conn: sqlite3.Connection, path: str, batch: list[PendingCall], careful: bool
+) -> list[PendingCall]:
+    """One try of ``commit_together``, each write in a savepoint if ``careful``;
+    the writes to try again (those a rollback of the whole transaction undid)."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as error:
+        _fail(batch, error, path)
+        return []
+    written: list[PendingCall] = []
+    try:
+        for index, pending in enumerate(batch):
+            try:
+                if careful:
+                    conn.execute("SAVEPOINT one_write")
+                pending.result = pending.body(conn)
+                if careful:
+                    conn.execute("RELEASE one_write")
+            except Exception as error:
+                pending.result = None
+                pending.error = _failure_of(pending, error, path)
+                if not careful or not _undo_one(conn):
+                    _rollback(conn)
+                    return written + batch[index + 1 :]
+            else:
+                written.append(pending)
+        conn.execute("COMMIT")
+    except sqlite3.Error as error:  # the COMMIT (a write's own errors are caught above)
+        _rollback(conn)
+        _fail(written, error, path)
+    except BaseException:
+        _rollback(conn)
+        raise
+    return []
+
+
+def _undo_one(conn: sqlite3.Connection) -> bool:
+    """Roll a failed write's savepoint back; ``False`` when the transaction is gone
+    (SQLite rolled it back on an I/O error) or cannot be kept."""
+    if not conn.in_transaction:
+        return False
+    try:
+        conn.execute("ROLLBACK TO one_write")
+        conn.execute("RELEASE one_write")
+    except sqlite3.Error:
+        return False
+    return True
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        # The error that brought us here says more than a failed rollback would.
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+def _failure_of(pending: PendingCall, error: Exception, path: str) -> Exception:
+    """What the caller of a failed write raises: an ``sqlite3`` error becomes a
+    ``JournalError`` naming the file, the run and the write; others stay as they are
+    (``LeaseLost``, a duplicate record)."""
+    if not isinstance(error, sqlite3.Error):
+        return error
+    failure = sqlite_failure(error, path, pending.action, pending.run_id)
+    failure.__cause__ = error
+    return failure
+
+
+def _fail(batch: Sequence[PendingCall], error: sqlite3.Error, path: str) -> None:
+    for pending in batch:
+        pending.result = None
+        pending.error = _failure_of(pending, error, path)

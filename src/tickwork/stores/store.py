@@ -5,7 +5,7 @@ times), the journal records of the run (consecutive ``seq`` numbers), an optiona
 *compacting snapshot* (recovery reads the latest snapshot plus the records after it,
 never the whole history), the state store patches that go with the records and, for
 runs shared by several processes (scale-out.md), their ownership, inbox and event
-stream.  The records it hands out are in :mod:`tickwork.stores.records`.
+stream.  The records it hands out are in ``tickwork.stores.records``.
 
 **Transactions.** ``register_run`` makes a run durable in one transaction with
 everything needed to start it again (its starting snapshot, start event and options),
@@ -15,9 +15,9 @@ transaction (the runner commits all the ticks it reduced in one drain at once: g
 commit).
 
 **Ownership.** Every run is owned by at most one worker at a time, through a
-:class:`~tickwork.stores.records.Lease` whose ``epoch`` counts the claims of the run.
+``Lease`` whose ``epoch`` counts the claims of the run.
 Every write may carry the writer's lease: the store then refuses it with
-:class:`~tickwork.stores.records.LeaseLost` unless the run is still owned by that lease
+``LeaseLost`` unless the run is still owned by that lease
 (same owner, same epoch) and, for ``append``, the batch starts right after the last
 record written (``last_seq = first seq - 1``), all in the same statement.  Leases expire
 (``lease_until``) only so that another worker may claim the run; correctness never
@@ -27,7 +27,7 @@ for the embedded stores).
 A run is claimable when it is ``queued``; ``parked`` with a passed ``wake_at`` or an
 unconsumed inbox item; or ``running`` with an expired lease or no owner.  A run claimed
 ``max_claims`` times without progress in between (a successful ``append`` of more than
-the record each session opens with: :func:`is_progress`) is *poison*: the store fails it
+the record each session opens with: ``is_progress``) is *poison*: the store fails it
 (with an error naming it) instead of handing it out again.
 """
 
@@ -167,7 +167,7 @@ class JournalStore(Protocol):
         these records, the ``stream`` items are stored, and ``final_status`` (with its
         ``outcome``) marks the run finished, so a run whose last records are durable is
         never mistaken for an interrupted one.  A successful append of progress
-        (:func:`is_progress`) resets the run's poison counter.  Fenced by ``lease`` when
+        (``is_progress``) resets the run's poison counter.  Fenced by ``lease`` when
         given (``LeaseLost``).
         """
 
@@ -286,8 +286,10 @@ class JournalStore(Protocol):
         """Leave an item in the run's inbox; returns once it is durable.
 
         Idempotent on ``(run_id, idempotency_key)`` (``None``: a fresh key): a second
-        item with the same key is dropped and ``False`` returned.  An item makes a
-        parked run claimable.  ``JournalError`` for an unknown or finished run.
+        item with the same key is dropped and ``False`` returned, also once the run has
+        finished (a retry of a send that was delivered, perhaps the one that ended it).
+        An item makes a parked run claimable.  ``JournalError`` for an unknown run, and
+        for a new item to a finished run.
         """
         ...
 

@@ -38,6 +38,10 @@ class TaskPool:
     def cancel_all(self) -> None:
         raise NotImplementedError
 
+    def idle(self) -> bool:
+        """Whether no worker task is left (the run may park)."""
+        raise NotImplementedError
+
     def wake(self) -> None:
         raise NotImplementedError
 
@@ -83,6 +87,11 @@ class AsyncioPool(TaskPool):
             task.cancel()
         self._tasks.clear()
 
+    def idle(self) -> bool:
+        # A cancelled task is forgotten at once: it unwinds on its own and reports
+        # nothing, so it does not keep a run from parking.
+        return not self._tasks
+
     def wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -102,35 +111,75 @@ class AsyncioPool(TaskPool):
 
 
 class TrioPool(TaskPool):
-    """Children of a trio nursery, each in its own ``trio.CancelScope``."""
+    """Children of a trio nursery, each in its own ``trio.CancelScope``.
 
-    def __init__(self, nursery: Any) -> None:
+    The nursery is the loop task's, given by ``attach``; a worker spawned before that (a
+    parked run's loop reducing a tick in the posting task) starts once it is attached.
+    With ``wake_when_idle``, the exit of the last worker wakes the waiting loop, which
+    may then park its run (a trio worker counts until its task has exited).
+    """
+
+    def __init__(self, wake_when_idle: bool = False) -> None:
         import trio
 
         self._trio = trio
-        self._nursery = nursery
+        self._wake_when_idle = wake_when_idle
+        self._nursery: Any = None
         self._scopes: dict[str, Any] = {}
         self._event: Any = None
+        self._live = 0  # children not exited yet (cancelled ones included)
+        self._deferred: list[tuple[str, Coroutine[Any, Any, None], Context]] = []
+
+    def attach(self, nursery: Any) -> None:
+        """Spawn into ``nursery`` from now on (and the workers spawned before)."""
+        self._nursery = nursery
+        deferred, self._deferred = self._deferred, []
+        for key, worker, context in deferred:
+            context.run(nursery.start_soon, self._run, key, worker)
 
     def spawn(self, key: str, worker: Coroutine[Any, Any, None], context: Context) -> None:
+        self._live += 1
+        if self._nursery is None:
+            self._deferred.append((key, worker, context))
+            return
         context.run(self._nursery.start_soon, self._run, key, worker)
 
     async def _run(self, key: str, worker: Coroutine[Any, Any, None]) -> None:
-        with self._trio.CancelScope() as scope:
-            self._scopes[key] = scope
-            await worker
-        self._scopes.pop(key, None)
+        try:
+            with self._trio.CancelScope() as scope:
+                self._scopes[key] = scope
+                await worker
+        finally:
+            self._scopes.pop(key, None)
+            self._live -= 1
+            if not self._live and self._wake_when_idle:
+                self.wake()
 
     def cancel(self, key: str) -> None:
         scope = self._scopes.pop(key, None)
         if scope is not None:
             scope.cancel()
+            return
+        for index, (deferred_key, worker, _) in enumerate(self._deferred):
+            if deferred_key == key:
+                del self._deferred[index]
+                worker.close()
+                self._live -= 1
+                return
 
     def cancel_all(self) -> None:
         for scope in list(self._scopes.values()):
             scope.cancel()
         self._scopes.clear()
-        self._nursery.cancel_scope.cancel()
+        for _, worker, _ in self._deferred:
+            worker.close()
+            self._live -= 1
+        self._deferred.clear()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    def idle(self) -> bool:
+        return not self._live
 
     def wake(self) -> None:
         if self._event is not None:

@@ -5,6 +5,12 @@ and executes the commands the reducer returns: starting worker tasks, publishing
 stream, scheduling timers in a heap, and ending the run.  Everything run-specific (how a
 step body is called, where published events go, journaling) is reached through a
 ``LoopAdapter``, set by tickwork's runtime for the run's task.
+
+A run whose only remaining work is waiters and timers **parks**: the loop hands its
+timers to the adapter (``LoopAdapter.park``) and returns, so the run keeps no task, no
+coroutine frame and no loop object, only its reduced state.  An input or a due timer
+brings it back with ``resume_loop``: a new loop over the same state and timers, in the
+same session (no session start is recorded, nothing is rewound).
 """
 
 from __future__ import annotations
@@ -59,7 +65,16 @@ from tickwork.runtime.types.ticks import (
 )
 from tickwork.runtime.types.ticks import PublishEvent as PublishTick
 
-__all__ = ["LoopAdapter", "RunExit", "control_loop", "using_adapter"]
+__all__ = [
+    "PARKED",
+    "LoopAdapter",
+    "ResumedLoop",
+    "RunExit",
+    "TimerHeap",
+    "control_loop",
+    "resume_loop",
+    "using_adapter",
+]
 
 _log = logging.getLogger("tickwork.runtime")
 
@@ -95,6 +110,14 @@ class StreamLane(Protocol):
     def settle_writes(self) -> None:
         """Account the writes not yet accounted, so that the state last given to the
         adapter's ``processed`` is up to date."""
+
+
+PARKED = RunExit("parked")
+"""The ``exit`` of a loop whose run parked (the run goes on without it)."""
+
+ScheduleCommand = ScheduleWakeup | ScheduleTimeout | ScheduleWaiterTimeout
+TimerHeap = list[tuple[float, int, ScheduleCommand]]
+"""A run's pending timers: a heap of ``(due_at, seq, the command that scheduled it)``."""
 
 
 class LoopAdapter(Protocol):
@@ -156,6 +179,19 @@ class LoopAdapter(Protocol):
     async def heartbeat(self) -> None:
         """Record that the run is still alive (its alive time, in journaled runs)."""
 
+    def park(self, timers: TimerHeap | None) -> bool:
+        """The run has nothing to do but wait for input or for ``timers``: take them
+        and let the loop go (``True``), or refuse (``False``: the loop keeps waiting).
+
+        Called by the loop's task, with no worker running.  From then on ticks for the
+        run go to ``post_external``; the adapter brings the run back with
+        ``resume_loop`` when one comes, or when the earliest timer is due.
+        """
+        ...
+
+    def post_external(self, tick: Tick) -> None:
+        """Feed a tick to the run whatever its loop (a tick posted to a parked loop)."""
+
 
 _ADAPTER: contextvars.ContextVar[weakref.ref[LoopAdapter] | None] = contextvars.ContextVar(
     "tickwork_loop_adapter", default=None
@@ -193,16 +229,32 @@ def _is_step_tick(tick: Tick) -> bool:
     return isinstance(tick, PublishTick) and tick.invocation_id is not None
 
 
-class _Loop:
-    """The drain/wait loop of one run."""
+def _due_tick(command: ScheduleCommand, now: float) -> Tick:
+    """The tick a due timer feeds in."""
+    if type(command) is ScheduleTimeout:
+        return Timeout(now)
+    if type(command) is ScheduleWakeup:
+        return Wakeup(now, command.step)
+    assert isinstance(command, ScheduleWaiterTimeout)
+    return WaiterTimeout(now, command.step, command.waiter_id)
 
-    def __init__(self, adapter: LoopAdapter, state: RunState, run_id: str) -> None:
+
+class _Loop:
+    """The drain/wait loop of one run (until it ends or parks)."""
+
+    def __init__(
+        self,
+        adapter: LoopAdapter,
+        state: RunState,
+        run_id: str,
+        timers: TimerHeap | None = None,
+    ) -> None:
         self.adapter = adapter
         self.state = state
         self.run_id = run_id
         self.pending: deque[Tick] = deque()
-        self.heap: list[tuple[float, int, Callable[[float], Tick]]] = []
-        self.heap_seq = 0
+        self.heap: TimerHeap = timers if timers is not None else []
+        self.heap_seq = max(seq for _, seq, _ in timers) if timers else 0
         self.exit: RunExit | None = None
         self.idle_requested = False
         # A list, not a deque: it is always drained whole, and an empty deque costs a
@@ -227,7 +279,10 @@ class _Loop:
         self.unaccounted = 0
         self.write_elapsed = 0.0
         self.write_stamp = 0.0
-        self.pool: TaskPool = TaskPool()
+        self.pool: TaskPool = (
+            AsyncioPool() if running_asyncio() else TrioPool(wake_when_idle=self.drains_inline)
+        )
+        self.run_step = adapter.run_step
         self.publish = adapter.publish
         self.spawn_context = adapter.spawn_context
         self.heartbeat_every = adapter.heartbeat_every
@@ -249,6 +304,8 @@ class _Loop:
         ends the run (reducing it inline would cancel the second before it began).
         """
         if self.exit is not None:
+            if self.exit is PARKED:  # a late tick (a returned step's send): the run's now
+                self.adapter.post_external(tick)
             return
         if self.waiting and self.drains_inline and not self.unstarted:
             self._drain_inline(tick)
@@ -258,44 +315,60 @@ class _Loop:
             self.pool.wake()
 
     async def run(self, start_event: Any) -> RunExit:
-        post = self.post  # one bound method for the adapter and the workers
-        self.adapter.bind(post)
+        """Start the session and drive the run until it ends (or parks: ``PARKED``)."""
+        self.adapter.bind(self._attach())
         now = time.time()
         self.pending.append(SessionStart(now, self.run_id))
         if start_event is not None:
             self.pending.append(AddEvent(now, start_event))
+        return await self._host(resumed=False)
+
+    async def resume(self) -> RunExit:
+        """Drive a loop made by ``resume_loop`` until the run ends or parks again."""
+        self.waiting = False
+        return await self._host(resumed=True)
+
+    def _attach(self) -> PostTick:
+        """Hand the workers and the stream their ways into this loop (``_stop`` takes
+        them back) and return the loop's tick feed."""
+        post = self.post  # one bound method for the adapter and the workers
         self.worker_hooks = (post, self._report, self.unstarted.discard)
         self.adapter.stream_lane = self
-        if running_asyncio():
-            self.pool = AsyncioPool()
+        return post
+
+    async def _host(self, resumed: bool) -> RunExit:
+        pool = self.pool
+        if isinstance(pool, AsyncioPool):
             try:
                 if self.adapter.durable:
-                    await self._drive_beside_a_canceller()
+                    await self._drive_beside_a_canceller(resumed)
                 else:
-                    await self._drive()
+                    await self._drive(resumed)
             finally:
                 self._stop()
         else:
             import trio
 
+            assert isinstance(pool, TrioPool)
             async with trio.open_nursery() as nursery:
-                self.pool = TrioPool(nursery)
+                pool.attach(nursery)
                 try:
-                    await self._drive()
+                    await self._drive(resumed)
                 finally:
                     self._stop()
         assert self.exit is not None
         return self.exit
 
     def _stop(self) -> None:
-        """The run's loop ends: cancel the workers, let go of what refers back to it."""
+        """The run's loop ends (or parks): cancel the workers, let go of what refers back
+        to it."""
         self.pool.cancel_all()
         self.unstarted.clear()
         self.worker_hooks = None
         self.settle_writes()
         self.adapter.stream_lane = None
 
-    async def _drive_beside_a_canceller(self) -> None:
+    async def _drive_beside_a_canceller(self, resumed: bool) -> None:
         """``_drive``, beside a task that cancels the step bodies as soon as the run
         is cancelled.
 
@@ -307,7 +380,7 @@ class _Loop:
         async with anyio.create_task_group() as group:
             group.start_soon(self._cancel_steps_when_cancelled)
             try:
-                await self._drive()
+                await self._drive(resumed)
             finally:
                 group.cancel_scope.cancel()
 
@@ -317,8 +390,11 @@ class _Loop:
         finally:
             self.pool.cancel_all()
 
-    async def _drive(self) -> None:
+    async def _drive(self, resumed: bool) -> None:
         adapter = self.adapter
+        if resumed:  # a tick reduced before this task began may have dispatched workers
+            while self.unstarted and self.exit is None:
+                await anyio.lowlevel.checkpoint()
         while True:
             if adapter.durable:
                 await self._drain_durably()
@@ -328,6 +404,8 @@ class _Loop:
                 adapter.finish(self.exit)
                 return
             await self._wait_for_input()
+            if self.exit is PARKED:
+                return
             if self.crash is not None:
                 raise self.crash
 
@@ -378,6 +456,14 @@ class _Loop:
             return
         if self._take_due_timers() or self._take_available():
             return
+        if self._parkable():
+            self.settle_writes()  # the run parks with every write accounted
+            if self.adapter.park(self.heap or None):
+                # The adapter holds the timers now; nothing may refer to this loop but
+                # late posts, which ``post`` forwards.
+                self.heap = []
+                self.exit = PARKED
+                return
         self.waiting = True
         try:
             await self.pool.wait(self._wait_limit())
@@ -389,6 +475,17 @@ class _Loop:
         if not self._take_available() and self._heartbeat_due():
             await self.adapter.heartbeat()
             self.last_commit = time.time()
+
+    def _parkable(self) -> bool:
+        """Whether the run's only remaining work is waiters and timers: no worker task
+        (not even one dispatched and not begun), nothing posted, no idle check asked
+        for, and nothing to commit or heartbeat (a journaled run never parks here)."""
+        return (
+            self.drains_inline
+            and not self.unstarted
+            and self.heartbeat_every is None
+            and self.pool.idle()
+        )
 
     def _wait_limit(self) -> float | None:
         """How long to wait for input: until the next timer or heartbeat (or forever)."""
@@ -420,8 +517,8 @@ class _Loop:
         now = time.time()
         took = False
         while self.heap and self.heap[0][0] <= now:
-            _, _, make = heapq.heappop(self.heap)
-            self.pending.append(make(now))
+            _, _, command = heapq.heappop(self.heap)
+            self.pending.append(_due_tick(command, now))
             took = True
         return took
 
@@ -571,20 +668,10 @@ class _Loop:
         self.adapter.publish(terminal_event(command))
         self.exit = RunExit(command.reason, exception=command.exception)
 
-    def _push_timer(self, due_at: float, make: Callable[[float], Tick]) -> None:
+    def _push_timer(self, command: ScheduleCommand) -> None:
+        # The command itself is the entry's payload: no closure per timer.
         self.heap_seq += 1
-        heapq.heappush(self.heap, (due_at, self.heap_seq, make))
-
-    def _schedule_wakeup(self, command: ScheduleWakeup) -> None:
-        step = command.step
-        self._push_timer(command.due_at, lambda now: Wakeup(now, step))
-
-    def _schedule_timeout(self, command: ScheduleTimeout) -> None:
-        self._push_timer(command.due_at, Timeout)
-
-    def _schedule_waiter_timeout(self, command: ScheduleWaiterTimeout) -> None:
-        step, waiter_id = command.step, command.waiter_id
-        self._push_timer(command.due_at, lambda now: WaiterTimeout(now, step, waiter_id))
+        heapq.heappush(self.heap, (command.due_at, self.heap_seq, command))
 
     def _schedule_idle_check(self, command: ScheduleIdleCheck) -> None:
         self.idle_requested = True
@@ -610,20 +697,48 @@ _HANDLERS: dict[type, Callable[[Any, Any], None]] = {
     CompleteRun: _Loop._complete,
     FailWorkflow: _Loop._fail,
     Halt: _Loop._halt,
-    ScheduleWakeup: _Loop._schedule_wakeup,
-    ScheduleTimeout: _Loop._schedule_timeout,
-    ScheduleWaiterTimeout: _Loop._schedule_waiter_timeout,
+    ScheduleWakeup: _Loop._push_timer,
+    ScheduleTimeout: _Loop._push_timer,
+    ScheduleWaiterTimeout: _Loop._push_timer,
     ScheduleIdleCheck: _Loop._schedule_idle_check,
     ReportDropped: _Loop._report_dropped,
 }
 
 
+class ResumedLoop(Protocol):
+    """A loop brought back for a parked run (see ``resume_loop``)."""
+
+    def post(self, tick: Tick) -> None:
+        """Feed a tick; before ``resume`` begins, the posting task reduces it."""
+
+    async def resume(self) -> RunExit:
+        """Drive the run until it ends (its exit) or parks again (``PARKED``)."""
+        ...
+
+
+def resume_loop(
+    adapter: LoopAdapter, state: RunState, run_id: str, timers: TimerHeap | None
+) -> ResumedLoop:
+    """A loop for a run that parked with ``state`` and ``timers``: the same session
+    goes on (no session start, nothing rewound).
+
+    Until its task awaits ``resume()``, the loop counts as waiting, so a tick posted
+    meanwhile is reduced by the posting task, as for a run that never parked.  Call it
+    in the event loop's thread, with the event loop running.
+    """
+    loop = _Loop(adapter, state, run_id, timers)
+    loop._attach()
+    loop.waiting = True
+    return loop
+
+
 async def control_loop(start_event: Any, init_state: RunState, run_id: str) -> Any:
-    """Drive one run to its end and return its terminal ``StopEvent``.
+    """Drive one run and return its terminal ``StopEvent``.
 
     tickwork's runtime calls this inside the run's task after setting the run's adapter;
     called anywhere else it raises ``WorkflowRuntimeError``.  A failed, timed-out or
-    cancelled run raises the run's exception.
+    cancelled run raises the run's exception.  A run that parks returns ``None`` here:
+    it goes on later with ``resume_loop``, in another task.
     """
     ref = _ADAPTER.get()
     adapter = ref() if ref is not None else None
@@ -633,6 +748,8 @@ async def control_loop(start_event: Any, init_state: RunState, run_id: str) -> A
             "directly; start runs with Workflow.run()"
         )
     run_exit = await _Loop(adapter, init_state, run_id).run(start_event)
+    if run_exit is PARKED:
+        return None
     if run_exit.kind == "complete":
         return run_exit.stop_event
     error = run_exit.exception

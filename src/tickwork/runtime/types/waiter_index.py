@@ -12,6 +12,7 @@ is matched one by one.  Every structure is persistent, so an update is O(log n).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from functools import lru_cache
 from typing import Any
 
 from tickwork.runtime.types.persistent import PMap
@@ -24,9 +25,30 @@ _Bucket = tuple[type, tuple[str, ...], Any]  # (type, keys, values or _UNHASHABL
 _UNHASHABLE = "<unhashable>"
 
 
+# Persistent maps are values, so the parts of an index that every run waiting for the
+# same type without requirements would build alike are built once and shared: a run
+# parked in ``wait_for_event`` keeps only what is its own.  Bounded caches: their keys
+# are event classes, which must stay collectable when a program makes many.
+_NO_KEYSETS: PMap[tuple[str, ...], int] = PMap()
+_ONE_PLAIN = _NO_KEYSETS.set((), 1)
+"""The key sets of a type with one waiter and no requirements."""
+
+
+@lru_cache(maxsize=1024)
+def _plain_bucket(event_type: type) -> _Bucket:
+    return (event_type, (), ())
+
+
+@lru_cache(maxsize=1024)
+def _only_plain(event_type: type) -> PMap[type, PMap[tuple[str, ...], int]]:
+    """The key sets of an index whose one waiter awaits ``event_type``, unconditionally."""
+    only: PMap[type, PMap[tuple[str, ...], int]] = PMap()
+    return only.set(event_type, _ONE_PLAIN)
+
+
 def _bucket(event_type: type, requirements: Mapping[str, Any] | None) -> _Bucket:
     if not requirements:
-        return (event_type, (), ())
+        return _plain_bucket(event_type)
     keys = tuple(sorted(requirements))
     values = tuple(requirements[k] for k in keys)
     try:
@@ -36,6 +58,13 @@ def _bucket(event_type: type, requirements: Mapping[str, Any] | None) -> _Bucket
     return (event_type, keys, values)
 
 
+_Members = WaiterRef | PMap[WaiterRef, bool]
+"""The waiters of a bucket: the ref alone when there is one (the common case, and a
+parked run keeps its index), else a map of refs."""
+
+_NO_MEMBERS: PMap[WaiterRef, bool] = PMap()
+
+
 class WaiterIndex:
     """Waiters by bucket, plus the key sets in use per awaited type."""
 
@@ -43,10 +72,10 @@ class WaiterIndex:
 
     def __init__(
         self,
-        buckets: PMap[_Bucket, PMap[WaiterRef, bool]] | None = None,
+        buckets: PMap[_Bucket, _Members] | None = None,
         keysets: PMap[type, PMap[tuple[str, ...], int]] | None = None,
     ) -> None:
-        self._buckets: PMap[_Bucket, PMap[WaiterRef, bool]] = buckets or PMap()
+        self._buckets: PMap[_Bucket, _Members] = buckets or PMap()
         self._keysets: PMap[type, PMap[tuple[str, ...], int]] = keysets or PMap()
         self.empty = not self._buckets
         """No waiter is indexed (a plain attribute: every routed event asks)."""
@@ -70,27 +99,48 @@ class WaiterIndex:
     ) -> WaiterIndex:
         """A new index that also holds ``ref``."""
         bucket = _bucket(event_type, requirements)
-        members = self._buckets.get(bucket) or PMap()
-        if ref in members:
+        members: _Members | None = self._buckets.get(bucket)
+        if members is None:
+            members = ref
+        elif isinstance(members, PMap):
+            if ref in members:
+                return self
+            members = members.set(ref, True)
+        elif members == ref:
             return self
-        keysets: PMap[tuple[str, ...], int] = self._keysets.get(event_type) or PMap()
+        else:
+            members = _NO_MEMBERS.set(members, True).set(ref, True)
+        buckets = self._buckets.set(bucket, members)
         keys = bucket[1]
-        keysets = keysets.set(keys, keysets.get(keys, 0) + 1)
-        return WaiterIndex(
-            self._buckets.set(bucket, members.set(ref, True)),
-            self._keysets.set(event_type, keysets),
-        )
+        keysets: PMap[tuple[str, ...], int] | None = self._keysets.get(event_type)
+        if keysets is not None:
+            keysets = keysets.set(keys, keysets.get(keys, 0) + 1)
+        elif keys:
+            keysets = _NO_KEYSETS.set(keys, 1)
+        elif self._keysets.size:
+            keysets = _ONE_PLAIN
+        else:
+            return WaiterIndex(buckets, _only_plain(event_type))
+        return WaiterIndex(buckets, self._keysets.set(event_type, keysets))
 
     def remove(
         self, event_type: type, requirements: Mapping[str, Any] | None, ref: WaiterRef
     ) -> WaiterIndex:
         """A new index without ``ref`` (the same index when it is absent)."""
         bucket = _bucket(event_type, requirements)
-        members = self._buckets.get(bucket)
-        if members is None or ref not in members:
+        members: _Members | None = self._buckets.get(bucket)
+        if members is None:
             return self
-        members = members.delete(ref)
-        buckets = self._buckets.set(bucket, members) if members else self._buckets.delete(bucket)
+        if isinstance(members, PMap):
+            if ref not in members:
+                return self
+            rest = members.delete(ref)
+            # Back to one member: the ref alone, so that equal indexes are equal.
+            buckets = self._buckets.set(bucket, next(iter(rest.keys())) if rest.size == 1 else rest)
+        elif members == ref:
+            buckets = self._buckets.delete(bucket)
+        else:
+            return self
         keysets: PMap[tuple[str, ...], int] = self._keysets.get(event_type) or PMap()
         keys = bucket[1]
         left = keysets.get(keys, 1) - 1
@@ -119,5 +169,7 @@ class WaiterIndex:
             members = self._buckets.get(bucket)
         except TypeError:  # the event's values are unhashable: no hashed bucket matches
             return
-        if members:
+        if isinstance(members, PMap):
             yield from members.keys()
+        elif members is not None:
+            yield members

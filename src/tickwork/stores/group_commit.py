@@ -1,0 +1,176 @@
+"""Group commit across runs: the writes that reach one store while it is busy share
+its next transaction (and its fsync), and its other calls share the next trip to its
+worker thread.
+
+A durable run awaits each of its writes before it acts on them (write-ahead), so one
+run never has two writes in flight; what a busy store sees is many runs, each waiting
+for one write (and, beside each, an inbox pump waiting for one read).
+``GroupCommit`` queues the calls: one that arrives while the store is idle goes at
+once, alone (a lone sequential run waits for nothing more than its own transaction);
+those that arrive while a batch is in flight wait for it to end and then go together,
+in arrival order, taken by one of their own callers.  The store runs a batch in one
+trip to its worker thread: the plain calls one after the other, the writes in one
+transaction.  No background task is needed, so the queue works under asyncio and trio
+alike and goes away with its store.
+
+Each caller still gets its own outcome: the store settles every ``PendingCall`` of
+a batch with its result or its error (a write refused by its fence fails alone; the
+others commit), and ``call`` returns or raises only once its call has settled: a write,
+once the transaction holding it has committed or failed.  Cancellation works as for a
+call on a worker thread: a caller cancelled while its call still waits in the queue
+withdraws it (nothing is done); once its batch is in flight, the caller waits for it to
+settle (shielded) and then raises the cancellation, so a write is never left half-known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from tickwork.stores.records import JournalError
+
+__all__ = ["GroupCommit", "PendingCall"]
+
+
+class PendingCall:
+    """One caller's call in the queue: what to do, and its outcome once settled.
+
+    ``body`` is the store's description of the call (for the SQLite store, a function
+    of its connection); ``write`` says whether it is a write that joins the batch's
+    shared transaction; ``run_id`` and ``action`` name it in errors.  The store sets
+    ``result`` or ``error``.
+    """
+
+    __slots__ = (
+        "action",
+        "body",
+        "error",
+        "result",
+        "run_id",
+        "settled",
+        "taken",
+        "wake",
+        "write",
+    )
+
+    def __init__(self, body: Any, run_id: str | None, action: str, write: bool) -> None:
+        self.body = body
+        self.run_id = run_id
+        self.action = action
+        self.write = write
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.taken = False  # its batch is in flight: it can no longer be withdrawn
+        self.settled = False
+        # Set when the call settled, or when its caller must take the next batch.
+        self.wake: anyio.Event | None = None
+
+
+class GroupCommit:
+    """The call queue of one store.
+
+    ``run_batch(batch)`` runs a batch (the writes in one transaction) and settles each
+    call: it does not raise for a call that failed, it sets that call's ``error``.  One
+    batch runs at a time.
+    """
+
+    def __init__(self, run_batch: Callable[[list[PendingCall]], Awaitable[None]]) -> None:
+        self._run_batch = run_batch
+        self._queue: list[PendingCall] = []
+        # A batch is in flight, or the caller who takes the next one has been woken
+        # and has not taken the queue yet.
+        self._busy = False
+        self.batches = 0
+        """How many batches went to the store (each with at most one transaction of
+        writes): tests and benchmarks read it."""
+
+    async def call(
+        self, body: Any, *, run_id: str | None = None, action: str, write: bool = False
+    ) -> Any:
+        """Run ``body`` in the next batch (in its transaction if ``write``); its
+        result, or raise its error."""
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        pending = PendingCall(body, run_id, action, write)
+        self._queue.append(pending)
+        if self._busy:
+            await self._wait_for_turn(pending)
+        else:
+            self._busy = True
+        if not pending.settled:  # this caller takes the batch its call is in
+            with anyio.CancelScope(shield=True):
+                await self._take_batch()
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    async def _wait_for_turn(self, pending: PendingCall) -> None:
+        """Wait until ``pending`` settled, or until its caller must take the next batch."""
+        wake = pending.wake = anyio.Event()
+        try:
+            await wake.wait()
+        except BaseException:
+            if pending.taken:  # in flight: learn how it ended first
+                with anyio.CancelScope(shield=True):
+                    await wake.wait()
+            else:
+                self._withdraw(pending)
+            raise
+
+    def _withdraw(self, pending: PendingCall) -> None:
+        """Take a queued call out (its caller was cancelled); if its caller was to take
+        the next batch, the next caller in the queue takes it instead."""
+        self._queue.remove(pending)
+        assert pending.wake is not None
+        if pending.wake.is_set():
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """The batch in flight is over: wake the caller who takes the next one."""
+        if self._queue:
+            # Every queued call arrived while a batch was in flight: its caller waits.
+            following = self._queue[0].wake
+            assert following is not None
+            following.set()
+        else:
+            self._busy = False
+
+    async def _take_batch(self) -> None:
+        batch, self._queue = self._queue, []
+        for pending in batch:
+            pending.taken = True
+        self.batches += 1
+        try:
+            await self._run_batch(batch)
+        except BaseException as error:
+            # The store settles each call itself: this failed around the batch (the
+            # journal file cannot be opened, the worker thread could not start).
+            # Nothing of the batch is known to be done; every caller raises.
+            for pending in batch:
+                if pending.error is None:
+                    pending.result = None
+                    pending.error = error if len(batch) == 1 else _failure(pending, error)
+        finally:
+            for pending in batch:
+                pending.settled = True
+                if pending.wake is not None:
+                    pending.wake.set()
+            self._hand_over()
+
+
+def _failure(pending: PendingCall, error: BaseException) -> BaseException:
+    """The error a call of several gets when their batch failed as a whole: one object
+    per call (raising one exception object in many tasks would tangle their
+    tracebacks), a ``JournalError`` (of the same class, with the same message, when the
+    failure was one already: a journal file that cannot be opened)."""
+    if not isinstance(error, Exception):
+        return error
+    if isinstance(error, JournalError):
+        failure: JournalError = type(error)(str(error))
+    else:
+        where = f"run {pending.run_id!r}: " if pending.run_id is not None else ""
+        failure = JournalError(f"{where}{pending.action} failed: {error!r}")
+    failure.__cause__ = error
+    return failure
