@@ -673,6 +673,8 @@ async def test_a_lost_commit_acknowledgement_is_not_a_lost_or_doubled_record(
 ) -> None:
     lease = store.register_run("fenced", "Flow", SNAPSHOT, owner="w1")
     store.register_run("unfenced", "Flow", SNAPSHOT)
+    # The threaded path (the asyncio lane's own failures: test_postgres_lane.py).
+    monkeypatch.setattr(store._lane, "take", lambda: False)
     original = store._execute_append
     failures: list[str] = []
 
@@ -700,8 +702,10 @@ async def test_a_lost_commit_acknowledgement_is_not_a_lost_or_doubled_record(
             raise psycopg.OperationalError("simulated: the connection dropped before COMMIT")
         original(conn, text, params, fence)
 
+    monkeypatch.setattr(store._lane, "take", lambda: False)
     monkeypatch.setattr(store, "_execute_append", fail_before_the_commit)
     await store.append("fenced", _records(3), None, "completed", lease=lease)
+    assert lost == [1]
     assert [r.seq async for r in store.read("fenced")] == [0, 1, 2, 3]
     entry = await store.get_run("fenced")
     assert entry is not None and entry.status == "completed"

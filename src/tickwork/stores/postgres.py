@@ -8,7 +8,9 @@ statement that writes, an inbox and an event stream (``.postgres_fleet``,
 
 psycopg's synchronous connections run on worker threads (``anyio.to_thread``), which
 works under asyncio and trio alike; calls borrow a connection from a pool opened on
-first use (``.postgres_core``).  ``register_run`` and ``renew_leases`` block their
+first use (``.postgres_core``).  Under asyncio, an append runs on the store's async
+connection when it is free instead (``.postgres_lane``): no thread switch on the
+critical path of a step.  ``register_run`` and ``renew_leases`` block their
 caller, as the protocol says; renewals use a connection of their own, so that a busy
 pool cannot starve a worker's heartbeat.
 
@@ -265,13 +267,18 @@ class PostgresJournal(PostgresFleetStore):
             final=final_status is not None,
         )
 
+        notify = final_status is not None or bool(stream)
+
         def write(conn: Connection, attempt: int) -> None:
             with autocommit(conn):  # the append is one statement (each step waits on it)
                 if attempt and self._already_appended(conn, params, lease, final_status):
                     return
                 self._execute_append(conn, sql, params, lease)
-                if final_status is not None or stream:
+                if notify:
                     self._notify(conn, run_id)
+
+        def diagnose(conn: Connection, attempt: int) -> None:
+            self._check_appended(conn, None, params, lease)
 
         if not records:
             action = "updating the run"
@@ -279,21 +286,50 @@ class PostgresJournal(PostgresFleetStore):
             action = f"appending seq {first}"
         else:
             action = f"appending seqs {first}..{last}"
-        await self._call(write, action=action, run_id=run_id)
+        retried = 0
+        if self._pool is not None and self._lane.take():
+            try:
+                row = await self._lane.run(sql, params)
+            except psycopg.errors.UniqueViolation as error:
+                raise self._seq_taken(params) from error
+            except Exception:
+                retried = 1  # unknown outcome: the threaded path finds out, and retries
+            else:
+                if row is None or not row[0]:
+                    await self._call(diagnose, action=action, run_id=run_id)
+                if notify and not await self._lane.notify(self._channel, run_id):
+                    await self._call(lambda conn, _: self._notify(conn, run_id), action=action)
+                return
+        await self._call(write, action=action, run_id=run_id, first_attempt=retried)
 
     def _execute_append(
         self, conn: Connection, sql: str, params: dict[str, Any], lease: Lease | None
     ) -> None:
         """Run the append statement; a refused fence raises ``LeaseLost``."""
-        run_id, first = params["run_id"], params["first"]
         try:
             row = conn.execute(sql, params).fetchone()
         except psycopg.errors.UniqueViolation as error:
-            raise JournalError(
-                f"{self._label(run_id)}: seqs {first}..{params['last']} were not appended: "
-                "a record in that range was already written"
-            ) from error
+            raise self._seq_taken(params) from error
+        self._check_appended(conn, row, params, lease)
+
+    def _seq_taken(self, params: dict[str, Any]) -> JournalError:
+        """The error of an append refused because one of its seqs is already stored."""
+        return JournalError(
+            f"{self._label(params['run_id'])}: seqs {params['first']}..{params['last']} "
+            "were not appended: a record in that range was already written"
+        )
+
+    def _check_appended(
+        self,
+        conn: Connection,
+        row: tuple[Any, ...] | None,
+        params: dict[str, Any],
+        lease: Lease | None,
+    ) -> None:
+        """``row``, the append statement's answer, says whether the fence let it write;
+        when it did not, raise why (``LeaseLost`` for a lost lease)."""
         if row is None or not row[0]:
+            run_id, first = params["run_id"], params["first"]
             what = "updating the run" if first is None else f"appending seq {first}"
             raise self._refused(conn, run_id, lease, what, first)
 

@@ -26,6 +26,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from tickwork.stores.postgres_errors import is_transient, pg_failure, redact_dsn, store_label
+from tickwork.stores.postgres_lane import AsyncLane
 from tickwork.stores.postgres_notify import ChangeListener, Notifier, channel_name
 from tickwork.stores.postgres_schema import (
     LATEST_VERSION,
@@ -140,9 +141,10 @@ class PostgresStoreBase:
         self._limiter: anyio.CapacityLimiter | None = None
         self._renew_lock = threading.Lock()
         self._renew_conn: Connection | None = None
-        channel = channel_name(schema)
-        self._notifier = Notifier(channel)
-        self._listener = ChangeListener(self._connect, channel)
+        self._channel = channel_name(schema)
+        self._notifier = Notifier(self._channel)
+        self._listener = ChangeListener(self._connect, self._channel)
+        self._lane = AsyncLane(dsn, self._connect_kwargs)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._shown_dsn!r}, schema={self.schema!r})"
@@ -236,6 +238,7 @@ class PostgresStoreBase:
         if conn is not None:
             conn.close()
         self._listener.close()
+        self._lane.close()
 
     # -- running calls -----------------------------------------------------------------
 
@@ -246,18 +249,20 @@ class PostgresStoreBase:
         action: str,
         run_id: str | None = None,
         seq: int | None = None,
+        first_attempt: int = 0,
     ) -> T:
         """``fn(connection, attempt)`` on a pooled connection, on this thread.
 
         A transient failure (lost connection, server restarting) runs ``fn`` again on a
         fresh connection after a pause, until ``retry_seconds`` have passed (waiting for
-        a connection counts); ``attempt`` counts the earlier tries, so that ``fn`` can
+        a connection counts); ``attempt`` counts the earlier tries (from
+        ``first_attempt``, when the call was already tried elsewhere), so that ``fn`` can
         check whether a commit whose acknowledgement was lost happened.  Any psycopg
         error that remains becomes a ``JournalError`` naming the store, ``run_id``,
         ``seq`` and ``action``.
         """
         deadline = time.monotonic() + self._retry_seconds
-        attempt = 0
+        attempt = first_attempt
         while True:
             try:
                 pool = self._open()
@@ -288,11 +293,14 @@ class PostgresStoreBase:
         action: str,
         run_id: str | None = None,
         seq: int | None = None,
+        first_attempt: int = 0,
     ) -> T:
         """``_blocking`` on a worker thread, at most ``pool_size`` at once."""
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(self._pool_size)
-        call = functools.partial(self._blocking, fn, action=action, run_id=run_id, seq=seq)
+        call = functools.partial(
+            self._blocking, fn, action=action, run_id=run_id, seq=seq, first_attempt=first_attempt
+        )
         return await anyio.to_thread.run_sync(call, limiter=self._limiter)
 
     def _notify(self, conn: Connection, *run_ids: str) -> None:
