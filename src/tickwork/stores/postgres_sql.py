@@ -221,7 +221,8 @@ def append_statement(
     epoch and ``last_seq`` when ``fenced``), and everything else is written only through
     the row it returns, so a refused fence writes nothing.  The statement returns the
     number of runs rows updated (0 or 1).  Records that are ``progress`` reset the run's
-    poison counter."""
+    poison counter.  The arrays go in binary (``%b``): as text, every quote of every
+    JSON record would be escaped on the way."""
     s = quote_ident(schema)
     sets = ["updated_at = now()"]
     where = ["run_id = %(run_id)s"]
@@ -248,7 +249,7 @@ def append_statement(
         parts.append(
             f"recs AS (INSERT INTO {s}.records (run_id, seq, data) "
             "SELECT f.run_id, x.seq, x.data::json FROM fenced AS f, "
-            "unnest(%(seqs)s::bigint[], %(datas)s::text[]) AS x(seq, data))"
+            "unnest(%(seqs)b::bigint[], %(datas)b::text[]) AS x(seq, data))"
         )
     if patch:
         parts.append(
@@ -260,14 +261,14 @@ def append_statement(
         parts.append(
             f"consumed AS (UPDATE {s}.inbox AS i "
             "SET consumed_seq = COALESCE(%(at)s::bigint, f.last_seq) FROM fenced AS f "
-            "WHERE i.run_id = f.run_id AND i.item_id = ANY(%(consumed)s::bigint[]) "
+            "WHERE i.run_id = f.run_id AND i.item_id = ANY(%(consumed)b::bigint[]) "
             "AND i.consumed_seq IS NULL)"
         )
     if stream:
         parts.append(
             f"published AS (INSERT INTO {s}.stream (run_id, seq, event) "
             "SELECT f.run_id, x.seq, x.event::json FROM fenced AS f, "
-            "unnest(%(stream_seqs)s::bigint[], %(stream_events)s::text[]) AS x(seq, event) "
+            "unnest(%(stream_seqs)b::bigint[], %(stream_events)b::text[]) AS x(seq, event) "
             "ON CONFLICT (run_id, seq) DO UPDATE SET event = excluded.event)"
         )
     return f"WITH {', '.join(parts)} SELECT count(*) FROM fenced"
