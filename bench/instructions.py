@@ -59,6 +59,16 @@ BODIES = {
         "    await _consume(workflow, n)"
     ),
     "stream_runs": "from bench.stream_runs import _streams as body",
+    "snapshot": (
+        "from bench.snapshot import _run\n"
+        "async def body(n):\n"
+        "    assert (await _run(n, True))[0] == n * (n - 1) // 2"
+    ),
+    "snapshot_off": (
+        "from bench.snapshot import _run\n"
+        "async def body(n):\n"
+        "    assert (await _run(n, False))[0] == n * (n - 1) // 2"
+    ),
 }
 
 _DRIVER = """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -376,3 +377,76 @@ def test_a_release_event_spliced_from_its_members_is_the_serializer_text(
             return "custom:" + super().serialize(value)
 
     assert not _Encoder(Custom(), SnapshotCache()).splice
+
+
+class _Nested(Event):
+    inner: _Unicode
+    tags: list[str] = []
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        Ping(number=1),
+        Ping(number=2, extra={"k": [1, 2]}),  # a dynamic field
+        _Unicode(text='héllo "quoted" ✓\n', ratio=float("-inf")),
+        _Nested(inner=_Unicode(text="ü"), tags=["a", "b"]),
+        StopEvent(result={"x": [1, None]}),
+    ],
+)
+def test_an_event_is_written_as_the_serializer_writes_it(event: Event) -> None:
+    from tickwork.serde.snapshot import _Encoder
+
+    cache = SnapshotCache()
+    encoder = _Encoder(SER, cache)
+    assert encoder.model_text
+    assert encoder.event(event) == SER.serialize(event)
+    # A second event of the class reuses the class's name text.
+    assert type(event) in cache.tails
+    twin = event.model_copy()
+    assert encoder.event(twin) == SER.serialize(twin)
+
+
+def test_a_class_of_main_is_named_anew_every_time() -> None:
+    from tickwork.serde.serializers import model_text
+
+    class Script(Event):
+        n: int = 0
+
+    Script.__module__ = "__main__"
+    tails: dict[type, str] = {}
+    assert model_text(Script(n=3), tails) == SER.serialize(Script(n=3))
+    assert tails == {}
+
+
+def test_a_serializer_that_writes_models_its_own_way_is_used_for_events() -> None:
+    from tickwork.serde.snapshot import _Encoder
+
+    class Tagged(JsonSerializer):
+        def _model_envelope(self, model: Any) -> dict[str, Any]:
+            return {**super()._model_envelope(model), "tag": 1}
+
+    model, tagged = Model(), Tagged()
+    apply(model, "append")
+    snapshot = encode_snapshot(model.build(), tagged, None, SnapshotCache())
+    text = snapshot["workers"]["a"]["queue"][0]["event"]
+    assert json.loads(text)["tag"] == 1
+    assert text == tagged.serialize(model.queue.popleft()[0].event)
+    assert not _Encoder(tagged, SnapshotCache()).model_text
+
+
+def test_a_snapshot_that_failed_midway_leaves_the_cache_consistent() -> None:
+    model, cache = Model(), SnapshotCache()
+    for op in ["append", "append", "join"]:
+        apply(model, op)
+    assert_cached_equals_fresh(cache, model.build())
+    # The queue grows (its new version takes the cached list over), then the join
+    # buffer, encoded after it, holds an event JSON cannot write: the snapshot fails.
+    apply(model, "append")
+    good_join = model.join
+    model.join = good_join.append(Event(lock=threading.Lock()))
+    with pytest.raises(ValueError, match=r"[Ll]ock"):
+        encode_snapshot(model.build(), SER, None, cache)
+    model.join = good_join
+    after = assert_cached_equals_fresh(cache, model.build())
+    assert [i["work_item_id"] for i in after["workers"]["a"]["queue"]] == ["wi-1", "wi-2", "wi-4"]

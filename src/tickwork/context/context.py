@@ -10,10 +10,11 @@ step) is much harder to debug than an error at the call.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, cast
 
 from pydantic import BaseModel
@@ -51,6 +52,16 @@ _DEFAULT_SERIALIZER = JsonSerializer()
 _COMPOSED: weakref.WeakKeyDictionary[Any, dict[int, tuple[BaseSerializer, BaseSerializer]]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+@functools.cache
+def _snapshot_codec() -> tuple[type[SnapshotCache], Callable[..., dict[str, Any]]]:
+    """The snapshot cache type and encoder, imported on the first ``to_dict()``
+    (``import tickwork`` does not load them); an import statement in every call would
+    cost more than encoding a small change."""
+    from tickwork.serde.snapshot import SnapshotCache, encode_snapshot
+
+    return SnapshotCache, encode_snapshot
 
 
 def _check_wait_timeout(timeout: Any) -> None:
@@ -178,13 +189,13 @@ class Context(Generic[MODEL_T]):
                 "Context.to_dict() needs handler code or a pre-run context; it was called "
                 "inside a step"
             )
-        from tickwork.serde.snapshot import SnapshotCache, encode_snapshot
-
+        cache_type, encode_snapshot = _snapshot_codec()
         ser = serializer or self._serializer
         section = self.store.to_dict(ser) if include_state else None
-        if self._snapshot_cache is None:
-            self._snapshot_cache = SnapshotCache()
-        return encode_snapshot(self._current_run_state(), ser, section, self._snapshot_cache)
+        cache = self._snapshot_cache
+        if cache is None:
+            cache = self._snapshot_cache = cache_type()
+        return encode_snapshot(self._current_run_state(), ser, section, cache)
 
     @classmethod
     def from_dict(

@@ -137,22 +137,49 @@ def _validate(cls: type[BaseModel], value: Any) -> BaseModel:
     return validated
 
 
-def _make_dumps() -> Callable[[Any], str]:
-    """``json.dumps(value, default=_reject_unencodable)``, with one reusable C encoder.
+def _make_dumps() -> tuple[Callable[[Any], str], Callable[[Any, int], list[str]] | None]:
+    """``json.dumps(value, default=_reject_unencodable)``, with one reusable C encoder,
+    and that encoder (``encoder(value, 0)`` is the list of pieces of the text).
 
     ``json.dumps`` builds a new encoder on every call, which costs twice the encoding of
     a small envelope.  Same output; a reference cycle surfaces as ``RecursionError``
     (no circular-reference bookkeeping), which ``serialize`` reports as such.
     """
     if c_make_encoder is None:  # pragma: no cover - CPython always has the accelerator
-        return functools.partial(json.dumps, default=_reject_unencodable)
+        return functools.partial(json.dumps, default=_reject_unencodable), None
     encode = c_make_encoder(
         None, _reject_unencodable, encode_basestring_ascii, None, ": ", ", ", False, False, True
     )
-    return lambda value: "".join(encode(value, 0))
+    return (lambda value: "".join(encode(value, 0))), encode
 
 
-_dumps = _make_dumps()
+_dumps, _pieces = _make_dumps()
+
+_MODEL_TEXT_HEAD = '{"' + _PYDANTIC_MARKER + '": true, "value": '
+
+
+def model_text(model: BaseModel, tails: dict[type, str] | None = None) -> str:
+    """What ``JsonSerializer().serialize(model)`` returns for a pydantic model, written
+    as text around the model's dump instead of through an envelope dict.
+
+    The characters are the same: the encoder writes a nested value exactly as it writes
+    it alone, and the envelope's keys come in this order.  Snapshots serialize every
+    event a run holds, so they take this path (see ``writes_model_text``); ``tails``
+    keeps the text after the dump by class (not for classes of ``__main__``, whose
+    name follows the running script).  Raises whatever dumping the model raises,
+    unwrapped: a caller that wants ``serialize``'s errors calls ``serialize`` when this
+    fails.
+    """
+    cls = type(model)
+    dumped = cls.__pydantic_serializer__.to_python(model, mode="json")
+    tail = tails.get(cls) if tails is not None else None
+    if tail is None:
+        tail = ', "qualified_name": ' + encode_basestring_ascii(qualified_name(cls)) + "}"
+        if tails is not None and cls.__module__ != "__main__":
+            tails[cls] = tail
+    if _pieces is None:  # pragma: no cover - CPython always has the accelerator
+        return _MODEL_TEXT_HEAD + _dumps(dumped) + tail
+    return "".join([_MODEL_TEXT_HEAD, *_pieces(dumped, 0), tail])
 
 
 def _not_importable(name: str) -> ValueError:
@@ -384,6 +411,18 @@ class JsonSerializer(BaseSerializer):
         if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
             raise ValueError(f"envelope class {name!r} is not a pydantic model")
         return _validate(cls, envelope.get("value"))
+
+
+def writes_model_text(serializer: BaseSerializer) -> bool:
+    """Whether ``serializer.serialize(model)`` is ``model_text(model)`` for every model:
+    the serializer is a ``JsonSerializer`` whose encoding methods are not overridden."""
+    kind = type(serializer)
+    return (
+        issubclass(kind, JsonSerializer)
+        and kind.serialize is JsonSerializer.serialize
+        and kind._encode is JsonSerializer._encode
+        and kind._model_envelope is JsonSerializer._model_envelope
+    )
 
 
 class PickleSerializer(JsonSerializer):

@@ -13,11 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from pydantic import BaseModel
+
 from tickwork._serde_fields import dump_exception, qualified_name
 from tickwork.events import CollectionReleaseEvent
-from tickwork.runtime.types.persistent import PList, PMap, PQueue
+from tickwork.runtime.types.persistent import EMPTY_MAPPING, PList, PMap, PQueue
 from tickwork.runtime.types.state import (
     NO_HOLDINGS,
+    NO_SENDS,
     Holdings,
     Invocation,
     ReleaseState,
@@ -28,7 +31,12 @@ from tickwork.runtime.types.state import (
     WorkItem,
 )
 from tickwork.serde.requirements import encode_requirements
-from tickwork.serde.serializers import BaseSerializer, JsonSerializer
+from tickwork.serde.serializers import (
+    BaseSerializer,
+    JsonSerializer,
+    model_text,
+    writes_model_text,
+)
 from tickwork.serde.snapshot_cache import (
     _NO_PARTS,
     SnapshotCache,
@@ -77,8 +85,14 @@ class _Encoder:
         # Release events can be spliced from their members' texts (see _release_text)
         # when the serializer is the plain JSON one.
         self.splice = type(serializer).serialize is JsonSerializer.serialize
+        # Events are written as text around their dump when that is what serialize()
+        # returns for them (no envelope dict, the class name written once per class).
+        self.model_text = writes_model_text(serializer)
+        self.tails = cache.tails
         self.cache = cache
-        self.values = cache.values
+        # Values are looked up in old_values and kept in values: the same dict, except
+        # in a pruning pass (see _Pruner).
+        self.values = self.old_values = cache.values
         self.old_workers = cache.workers
         self.old_tables = cache.tables
         self.workers: dict[str, _Entry] = {}
@@ -94,30 +108,46 @@ class _Encoder:
         return len(self.values) > 3 * self.touched + 1024
 
     # -- values ------------------------------------------------------------------------
-
-    def _memo(self, value: Any, encode: Callable[[Any], Any]) -> Any:
-        """``encode(value)``, reused while ``value`` is the same object."""
-        self.touched += 1
-        key = id(value)
-        hit = self.values.get(key)
-        if hit is None or hit[0] is not value:
-            hit = self.values[key] = (value, encode(value))
-        return hit[1]
+    #
+    # Value encodings are looked up in old_values by id(value) and kept in values, each
+    # entry holding the value itself so that a recycled id is never taken for it.
 
     def event(self, event: Any) -> str | None:
         """The serializer text of ``event`` (``None`` stays ``None``)."""
         if event is None:
             return None
-        text: str = self._memo(event, self._event_text)
-        return text
+        self.touched += 1
+        key = id(event)
+        hit = self.old_values.get(key)
+        if hit is None or hit[0] is not event:
+            text: str | None = None
+            if (
+                self.model_text
+                and type(event) is not CollectionReleaseEvent
+                and isinstance(event, BaseModel)
+            ):  # the common case, without a call to _event_text
+                try:
+                    text = model_text(event, self.tails)
+                except Exception:  # _event_text ends with serialize(), which explains it
+                    text = None
+            hit = (event, self._event_text(event) if text is None else text)
+        self.values[key] = hit
+        found: str = hit[1]
+        return found
 
     def _event_text(self, event: Any) -> str:
         """The serializer text of ``event``."""
-        if self.splice and type(event) is CollectionReleaseEvent:
-            text = self._release_text(event)
-            if text is not None:
-                return text
-        text = self.serialize(event)
+        if type(event) is CollectionReleaseEvent:
+            if self.splice:
+                spliced = self._release_text(event)
+                if spliced is not None:
+                    return spliced
+        elif self.model_text and isinstance(event, BaseModel):
+            try:
+                return model_text(event, self.tails)
+            except Exception:  # serialize() raises its own error for it
+                pass
+        text: str = self.serialize(event)
         return text
 
     def _release_text(self, event: CollectionReleaseEvent) -> str | None:
@@ -143,14 +173,20 @@ class _Encoder:
 
     def cached_item(self, item: WorkItem) -> dict[str, Any]:
         """The encoding of a queued item, shared while the item object is unchanged."""
-        encoded: dict[str, Any] = self._memo(item, self.item)
+        self.touched += 1
+        key = id(item)
+        hit = self.old_values.get(key)
+        if hit is None or hit[0] is not item:
+            hit = (item, self.item(item))
+        self.values[key] = hit
+        encoded: dict[str, Any] = hit[1]
         return encoded
 
     def item(self, item: WorkItem) -> dict[str, Any]:
         """The encoding of a work item (queued, running or parked)."""
         event, bound, error = item.event, item.bound_events, item.last_exception
         return {
-            "event": None if event is None else self._memo(event, self._event_text),
+            "event": self.event(event),
             "bound_events": None if bound is None else {k: self.event(v) for k, v in bound.items()},
             "attempts": item.attempts,
             "first_attempt_at": item.first_attempt_at,
@@ -178,24 +214,35 @@ class _Encoder:
         }
 
     def keyed_invocation(self, inv: Invocation) -> tuple[int, dict[str, Any]]:
-        """The sort key of a running invocation (its sequence number) and its encoding.
-
-        The encoding is shared between snapshots while the invocation is unchanged.
-        """
-        view = inv.collect_view
+        """The sort key of a running invocation and its encoding."""
+        item = inv.item
+        hit = self.old_values.get(id(item))
+        if hit is not None and hit[0] is item:  # queued before: cached_item() inline
+            self.touched += 1
+            self.values[id(item)] = hit
+            encoded_item: dict[str, Any] = hit[1]
+        else:
+            encoded_item = self.cached_item(item)
+        view, received = inv.collect_view, inv.received
+        if view is EMPTY_MAPPING or not view:
+            collected: dict[str, Any] = {}
+            generations: dict[str, int] = {}
+        else:
+            collected = {bid: self.events(buf.events) for bid, buf in view.items()}
+            generations = {bid: buf.generation for bid, buf in view.items()}
         encoded = {
-            **self._memo(inv.item, self.item),
+            **encoded_item,
             "worker_id": inv.worker_id,
             "invocation_id": inv.invocation_id,
-            "received": list(inv.received) if len(inv.received) else [],
-            "collected_events": {bid: self.events(buf.events) for bid, buf in view.items()}
-            if view
-            else {},
-            "collect_generations": {bid: buf.generation for bid, buf in view.items()}
-            if view
-            else {},
+            "received": [] if received is NO_SENDS else list(received),
+            "collected_events": collected,
+            "collect_generations": generations,
         }
-        return _seq(inv.invocation_id), encoded
+        try:  # _seq() inline
+            seq = int(inv.invocation_id.rsplit("-", 1)[1])
+        except (IndexError, ValueError):
+            seq = 0
+        return seq, encoded
 
     def waiter(self, waiter: Waiter) -> dict[str, Any]:
         """The encoding of a parked ``wait_for_event`` call (new in every snapshot)."""
@@ -238,18 +285,21 @@ class _Encoder:
 
         When the cells are shared with ``previous`` the encoding is derived from it:
         pops advance the front, appends prepend back cells, so only the new elements
-        are encoded.  An unchanged sequence reuses ``previous`` as is.
+        are encoded, and the new version takes ``previous``'s private list over.  An
+        unchanged sequence reuses ``previous`` as is.
         """
-        if previous is not None:
-            encoded = previous.encoded
-            dropped = _advance(previous.front, front, len(encoded))
+        if previous is not None and not previous.spent:
+            dropped = _advance(previous.front, front, len(previous.encoded))
             added = _new_cells(back, previous.back, length) if dropped is not None else None
             if dropped is not None and added is not None:
                 self.touched += length
                 if not (dropped or added):
                     return previous
-                encoded = encoded[dropped:]
-                encoded.extend([encode_one(x) for x in reversed(added)])
+                fresh = [encode_one(x) for x in reversed(added)]
+                # Nothing raised: the new version takes the list over (no copy).
+                encoded = previous.take()
+                del encoded[:dropped]
+                encoded += fresh
                 return _Seq(front, back, encoded)
         return _Seq(front, back, [encode_one(x) for x in everything()])
 
@@ -315,8 +365,16 @@ class _Encoder:
             self.touched += previous.weight
             reused: list[dict[str, Any]] = previous.template
             return reused
-        memo, keyed = self._memo, self.keyed_invocation
-        pairs = [memo(inv, keyed) for inv in invocations.values()]
+        # Each invocation's (sort key, encoding) is kept in values (_memo inline).
+        old_values, values, keyed = self.old_values, self.values, self.keyed_invocation
+        pairs = []
+        for _, inv in invocations.items():
+            hit = old_values.get(id(inv))
+            if hit is None or hit[0] is not inv:
+                hit = (inv, keyed(inv))
+            values[id(inv)] = hit
+            pairs.append(hit[1])
+        self.touched += len(pairs)
         pairs.sort(key=_sort_key)
         encoded = [pair[1] for pair in pairs]
         parts["in_progress"] = _Entry(invocations, encoded, len(encoded))
@@ -473,20 +531,9 @@ class _Pruner(_Encoder):
 
     def __init__(self, serializer: BaseSerializer, cache: SnapshotCache) -> None:
         super().__init__(serializer, cache)
-        self.old_values = cache.values
         self.values = {}
         self.old_workers = {}
         self.old_tables = {}
-
-    def _memo(self, value: Any, encode: Callable[[Any], Any]) -> Any:
-        """Like ``_Encoder._memo``, keeping the entry for the next snapshot."""
-        self.touched += 1
-        key = id(value)
-        hit = self.old_values.get(key)
-        if hit is None or hit[0] is not value:
-            hit = (value, encode(value))
-        self.values[key] = hit
-        return hit[1]
 
 
 def _assemble(frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any]:

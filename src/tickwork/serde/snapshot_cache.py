@@ -9,6 +9,7 @@ reads and updates the cache; this module holds its records and the sequence help
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from tickwork.runtime.types.state import RunState
@@ -21,16 +22,17 @@ __all__ = ["SnapshotCache"]
 class _Seq:
     """The encoding of a persistent sequence and the cons cells it was made from.
 
-    ``encoded`` is private to the cache and never changed once built (the next version
-    of the sequence gets a new list), so the next version is always derived from what
-    this one really held.  Snapshots get ``public``, one copy shared by the snapshots
-    taken while the sequence is unchanged.
+    ``encoded`` is private to the cache: the next version of the sequence takes it over
+    (``take``) and changes it in place, which leaves this record spent, so a version
+    is always derived from what the previous one really held.  Snapshots get
+    ``public``, one copy shared by the snapshots taken while the sequence is unchanged.
     """
 
     front: Any
     back: Any
     encoded: list[Any]
     public: list[Any] | None = None
+    spent: bool = False
 
     def shared(self) -> list[Any]:
         """The copy of the encoding that snapshots hold."""
@@ -38,6 +40,14 @@ class _Seq:
         if public is None:
             public = self.public = self.encoded[:]
         return public
+
+    def take(self) -> list[Any]:
+        """The private list, for the next version to change in place (this record is
+        spent: nothing is derived from it again)."""
+        encoded = self.encoded
+        self.encoded = []
+        self.spent = True
+        return encoded
 
 
 @dataclass(slots=True)
@@ -67,8 +77,9 @@ class SnapshotCache:
     work by object identity at every level: events, work items and invocations
     (``values``), the template of each step's worker entry (``workers``), the stream and
     release tables and their records (``tables``), and persistent-container cells
-    (queues and buffers, see ``_Encoder.sequence``).  A new snapshot therefore
-    encodes only what changed and builds its own dicts; everything else is reused.
+    (queues and buffers, see ``_Encoder.sequence``); ``tails`` keeps the end of an
+    event's text (its class name) by class.  A new snapshot therefore encodes only what
+    changed and builds its own dicts; everything else is reused.
     Without it, snapshotting at every NOT_RUNNING of an n-item fan-out re-serializes the
     whole queue n times.
 
@@ -89,6 +100,7 @@ class SnapshotCache:
     def __init__(self) -> None:
         self.serializer: BaseSerializer | None = None
         self.values: dict[int, tuple[Any, Any]] = {}
+        self.tails: dict[type, str] = {}
         self.workers: dict[str, _Entry] = {}
         self.tables: dict[str, _Entry] = {}
         self.frame: _Frame | None = None
@@ -97,6 +109,7 @@ class SnapshotCache:
         """Forget every encoding (they were made by another serializer)."""
         self.serializer = serializer
         self.values = {}
+        self.tails = {}
         self.workers = {}
         self.tables = {}
         self.frame = None
@@ -126,9 +139,8 @@ def _new_cells(cell: Any, old: Any, limit: int) -> list[Any] | None:
     return heads
 
 
-def _sort_key(pair: tuple[Any, Any]) -> Any:
-    """The first element of a ``(sort key, encoding)`` pair."""
-    return pair[0]
+# The first element of a ``(sort key, encoding)`` pair (a C call: it runs per invocation).
+_sort_key = itemgetter(0)
 
 
 @dataclass(slots=True)
