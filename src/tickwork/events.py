@@ -142,8 +142,10 @@ class DictLikeModel(BaseModel):
         if plain:
             # Validate first, then see whether every keyword was a field: without aliases
             # and extra handling, the fields set are exactly the keywords that are fields.
+            # Read on the instance (it finds the class's): an attribute of a pydantic
+            # class goes through its metaclass's ``__getattr__`` hook, at twice the cost.
             try:
-                cls.__pydantic_validator__.validate_python(params, self_instance=self)
+                self.__pydantic_validator__.validate_python(params, self_instance=self)
             except ValidationError:
                 if params.keys() <= cls.__pydantic_fields__.keys():
                     raise
@@ -155,7 +157,7 @@ class DictLikeModel(BaseModel):
         declared = cls.__pydantic_fields__
         if params.keys() <= declared.keys():
             # What ``BaseModel.__init__`` does, minus its Python-level overhead.
-            cls.__pydantic_validator__.validate_python(params, self_instance=self)
+            self.__pydantic_validator__.validate_python(params, self_instance=self)
             return
         fields: dict[str, Any] = {}
         private: dict[str, Any] = {}
