@@ -86,18 +86,19 @@ def _has_plain_init(cls: type[BaseModel]) -> bool:
     )
 
 
-class _PlainInit(dict[type, bool]):
-    """Class -> ``_has_plain_init(cls)``, computed when first asked.  Bounded: a program
-    making event classes on the fly does not keep them all alive through it."""
-
-    def __missing__(self, cls: type[BaseModel]) -> bool:
-        if len(self) >= 4096:
-            self.clear()
-        plain = self[cls] = _has_plain_init(cls)
-        return plain
+_PLAIN_INIT: dict[type, bool] = {}
+"""Class -> ``_has_plain_init(cls)`` (``_plain_init_of``).  A plain dict read as
+``_PLAIN_INIT[cls]``: a dict subclass with ``__missing__`` is subscripted through a
+method call, some 300 instructions per event built."""
 
 
-_PLAIN_INIT = _PlainInit()
+def _plain_init_of(cls: type[BaseModel]) -> bool:
+    """Compute and remember ``_has_plain_init(cls)``.  Bounded: a program making event
+    classes on the fly does not keep them all alive through the table."""
+    if len(_PLAIN_INIT) >= 4096:
+        _PLAIN_INIT.clear()
+    plain = _PLAIN_INIT[cls] = _has_plain_init(cls)
+    return plain
 
 
 @built_on_first_use
@@ -134,11 +135,17 @@ class DictLikeModel(BaseModel):
 
     def __init__(self, **params: Any) -> None:
         cls = type(self)
-        if _PLAIN_INIT[cls]:
+        try:
+            plain = _PLAIN_INIT[cls]
+        except KeyError:
+            plain = _plain_init_of(cls)
+        if plain:
             # Validate first, then see whether every keyword was a field: without aliases
             # and extra handling, the fields set are exactly the keywords that are fields.
+            # Read on the instance (it finds the class's): an attribute of a pydantic
+            # class goes through its metaclass's ``__getattr__`` hook, at twice the cost.
             try:
-                cls.__pydantic_validator__.validate_python(params, self_instance=self)
+                self.__pydantic_validator__.validate_python(params, self_instance=self)
             except ValidationError:
                 if params.keys() <= cls.__pydantic_fields__.keys():
                     raise
@@ -150,7 +157,7 @@ class DictLikeModel(BaseModel):
         declared = cls.__pydantic_fields__
         if params.keys() <= declared.keys():
             # What ``BaseModel.__init__`` does, minus its Python-level overhead.
-            cls.__pydantic_validator__.validate_python(params, self_instance=self)
+            self.__pydantic_validator__.validate_python(params, self_instance=self)
             return
         fields: dict[str, Any] = {}
         private: dict[str, Any] = {}

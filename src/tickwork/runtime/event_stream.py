@@ -157,44 +157,48 @@ _STOP = 2  # a StopEvent: the terminal event
 _SPECIAL = 4  # a tuple (maybe a step-state record) or a step-state command
 _MAX_CLASSES = 4096
 
+# The two tables below are plain dicts read as ``table[cls]``, a missing class computed
+# in the ``except KeyError``: a subscript of a dict subclass (one with ``__missing__``)
+# goes through a method call (``slot_mp_subscript``), some 300 instructions per event,
+# where a plain dict's is specialized by the interpreter.  Both are bounded, as
+# ``SubclassTable``: a program making event classes on the fly does not keep them alive.
 
-class _Flags(dict[type, int]):
-    """Class -> its flags, computed when first asked (bounded, as ``SubclassTable``)."""
-
-    def __missing__(self, cls: type) -> int:
-        if len(self) >= _MAX_CLASSES:
-            self.clear()
-        flags = 0
-        if cls is tuple or cls in _RECORDERS:
-            flags |= _SPECIAL
-        if IS_INTERNAL[cls]:
-            flags |= _INTERNAL
-        if IS_STOP[cls]:
-            flags |= _STOP
-        self[cls] = flags
-        return flags
+_FLAGS: dict[type, int] = {}
+"""Class -> its flags (``_flags_of``)."""
 
 
-_FLAGS = _Flags()
+def _flags_of(cls: type) -> int:
+    """Compute and remember the flags of ``cls``."""
+    if len(_FLAGS) >= _MAX_CLASSES:
+        _FLAGS.clear()
+    flags = 0
+    if cls is tuple or cls in _RECORDERS:
+        flags |= _SPECIAL
+    if IS_INTERNAL[cls]:
+        flags |= _INTERNAL
+    if IS_STOP[cls]:
+        flags |= _STOP
+    _FLAGS[cls] = flags
+    return flags
+
 
 _TERMINAL: Any = object()
 
-
-class _Pushes(dict[type, Any]):
-    """Class -> what ``push`` does with an item of it, in one lookup: its recorder (a
-    step state command), ``_TERMINAL`` (a ``StopEvent``) or ``None`` (keep it as is)."""
-
-    def __missing__(self, cls: type) -> Any:
-        if len(self) >= _MAX_CLASSES:
-            self.clear()
-        handle = _RECORDERS.get(cls)
-        if handle is None and IS_STOP[cls]:
-            handle = _TERMINAL
-        self[cls] = handle
-        return handle
+_PUSHES: dict[type, Any] = {}
+"""Class -> what ``push`` does with an item of it (``_push_handle_of``)."""
 
 
-_PUSHES = _Pushes()
+def _push_handle_of(cls: type) -> Any:
+    """Compute and remember what ``push`` does with an item of ``cls``, in one lookup:
+    its recorder (a step state command), ``_TERMINAL`` (a ``StopEvent``) or ``None``
+    (keep it as is)."""
+    if len(_PUSHES) >= _MAX_CLASSES:
+        _PUSHES.clear()
+    handle = _RECORDERS.get(cls)
+    if handle is None and IS_STOP[cls]:
+        handle = _TERMINAL
+    _PUSHES[cls] = handle
+    return handle
 
 
 class EventStream:
@@ -210,7 +214,10 @@ class EventStream:
 
     def push(self, item: Any) -> None:
         """Append a published item (step state commands as records) and wake readers."""
-        handle = _PUSHES[type(item)]
+        try:
+            handle = _PUSHES[type(item)]
+        except KeyError:
+            handle = _push_handle_of(type(item))
         if handle is not None:
             if handle is _TERMINAL:
                 self.terminal_event = item
@@ -276,7 +283,10 @@ class EventStream:
                 ok, item = await self.next_item()
                 if not ok:
                     return
-            flags = _FLAGS[type(item)]
+            try:
+                flags = _FLAGS[type(item)]
+            except KeyError:
+                flags = _flags_of(type(item))
             if not flags:  # a user's event: the common case
                 yield item
                 continue
@@ -284,7 +294,8 @@ class EventStream:
                 if not expose_internal and _is_internal(item):
                     continue
                 item = materialize(item)
-                flags = _FLAGS[type(item)] & ~_SPECIAL
+                cls = type(item)
+                flags = (_FLAGS[cls] if cls in _FLAGS else _flags_of(cls)) & ~_SPECIAL
             elif flags & _INTERNAL and not expose_internal:
                 continue
             if flags & _STOP:

@@ -43,6 +43,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger("tickwork.runtime")
+# Read per stream write: a module global saves the attribute lookup on ``threading``.
+_get_ident = threading.get_ident
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -258,7 +260,7 @@ class StepScope:
         """Publish ``event`` to the run's stream (``None`` is a no-op)."""
         if event is None or (self.returned and self._late("write_event_to_stream")):
             return
-        if threading.get_ident() == self._loop_thread:  # the common case, for tight loops
+        if _get_ident() == self._loop_thread:  # the common case, for tight loops
             lane = self.session.stream_lane
             if lane is not None:  # else the loop has stopped: the run has ended
                 lane.write(event, self.invocation.invocation_id)

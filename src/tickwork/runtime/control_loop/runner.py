@@ -558,7 +558,10 @@ class _Loop:
                     self.write_elapsed += now - self.write_stamp
                     self.write_stamp = now
                 self.unaccounted += 1
-                self.publish(event)
+                # Through a local: ``self.publish(...)`` is a method-call lookup that
+                # cannot be specialized for an attribute holding a bound method.
+                publish = self.publish
+                publish(event)
                 return
         elif self._opens_batch():
             state = self.state
