@@ -184,43 +184,25 @@ def _reduce_stream_write(state: RunState, tick: PublishTick) -> tuple[RunState, 
     live), without an accumulator: stream writes come by the thousand per step.
     """
     elapsed, last = _accrued(state.elapsed_alive, state.last_alive_stamp, tick.stamped_at)
-    s = state
-    new_state = RunState(  # positional: several times cheaper than keyword evolve()
-        s.config,
-        s.steps,
-        s.status,
-        s.is_running,
-        s.queued,
-        s.running,
-        s.waiter_index,
-        s.streams,
-        s.releases,
-        s.stream_seq,
-        s.work_item_seq,
-        s.invocation_seq,
-        s.journal_seq + 1,
-        elapsed,
-        last,
-        s.idle_check_pending,
-        s.holdings,
-    )
+    new_state = account_stream_writes(state, 1, elapsed, last)
     if state.status == "running" and tick.event is not None:
         return new_state, [PublishEvent(tick.event)]
     return new_state, []
 
 
 def account_stream_writes(
-    state: RunState, count: int, elapsed: float, last_stamp: float
+    state: RunState, count: int, elapsed: float, last_stamp: float | None
 ) -> RunState:
-    """The state after ``count`` stream writes reduced one by one while work was in flight.
+    """The state after ``count`` stream writes (``_reduce_stream_write`` reduces one; the
+    runner accounts a batch of those made while work was in flight).
 
-    Each of them (``_reduce_stream_write``) advances the journal sequence by one and
-    accrues alive time; ``elapsed`` and ``last_stamp`` are the alive time and last stamp
-    after the last of them, computed by the caller write by write with ``_accrued``'s
-    arithmetic.  Their commands (publishing each event) were executed as they came.
+    Each write advances the journal sequence by one and accrues alive time; ``elapsed``
+    and ``last_stamp`` are the alive time and last stamp after the last of them, computed
+    write by write with ``_accrued``'s arithmetic.  Their commands (publishing each
+    event) are the caller's.
     """
     s = state
-    return RunState(
+    return RunState(  # positional: several times cheaper than keyword evolve()
         s.config,
         s.steps,
         s.status,
