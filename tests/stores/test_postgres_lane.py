@@ -205,3 +205,41 @@ def test_each_event_loop_gets_its_own_lane_connection_and_close_ends_it(
 
 async def _read_all(store: PostgresJournal, run_id: str) -> list[JournalRecord]:
     return [r async for r in store.read(run_id)]
+
+
+def test_an_event_loop_in_another_thread_does_not_take_the_lane_of_a_running_one(
+    store: PostgresJournal,
+) -> None:
+    import asyncio
+    import threading
+
+    lease = store.register_run("r1", "Flow", SNAPSHOT, owner="w1")
+    store.register_run("r2", "Flow", SNAPSHOT)
+    appended = threading.Event()
+    finish = threading.Event()
+    taken: list[bool] = []
+
+    async def hold_the_lane() -> None:
+        await store.append("r1", _records(0), lease=lease)  # opens the lane on this loop
+        appended.set()
+        while not finish.is_set():  # this event loop keeps running meanwhile
+            await asyncio.sleep(0.01)
+
+    owner = threading.Thread(target=asyncio.run, args=(hold_the_lane(),))
+    owner.start()
+    try:
+        assert appended.wait(10)
+        first_conn = store._lane._conn
+
+        async def other_loop() -> None:
+            taken.append(store._lane.take())
+            await store.append("r2", _records(0))  # the threaded path serves it
+
+        asyncio.run(other_loop())
+        assert taken == [False]
+        assert store._lane._conn is first_conn  # the running loop's connection is intact
+    finally:
+        finish.set()
+        owner.join(10)
+    records = asyncio.run(_read_all(store, "r2"))
+    assert [r.seq for r in records] == [0]

@@ -60,6 +60,9 @@ class AsyncLane:
         except RuntimeError:  # trio, or no event loop
             return False
         if loop is not self._loop:
+            owner = self._loop
+            if owner is not None and owner.is_running():
+                return False  # another thread's event loop has it: leave it to that one
             self.close()  # a connection belongs to the event loop that opened it
             self._loop = loop
         self._busy = True
