@@ -7,8 +7,8 @@ wake-up of a sleeping thread) are on the critical path of every step: on the
 development machine they cost more than the statement itself.
 
 Under asyncio, the store therefore also keeps one ``psycopg.AsyncConnection`` (in
-autocommit, kept by the event loop that opened it while that loop runs), and an append that finds it free runs its statement there,
-straight from the event loop.  A lone sequential run always finds it free; when many
+autocommit, kept by the event loop that opened it while that loop runs), and an append
+that finds it free runs its statement there, straight from the event loop.  A lone sequential run always finds it free; when many
 runs append at once, one of them uses the lane and the others take the threaded path
 as before, so concurrency is not lost.  Under trio (which psycopg's async connections
 do not support) the lane is never used.
