@@ -8,10 +8,10 @@ development machine they cost more than the statement itself.
 
 Under asyncio, the store therefore also keeps one ``psycopg.AsyncConnection`` (in
 autocommit, kept by the event loop that opened it while that loop runs), and an append
-that finds it free runs its statement there, straight from the event loop.  A lone sequential run always finds it free; when many
-runs append at once, one of them uses the lane and the others take the threaded path
-as before, so concurrency is not lost.  Under trio (which psycopg's async connections
-do not support) the lane is never used.
+that finds it free runs its statement there, straight from the event loop.  A lone
+sequential run always finds it free; when many runs append at once, one of them uses
+the lane and the others take the threaded path as before, so concurrency is not lost.
+Under trio (which psycopg's async connections do not support) the lane is never used.
 
 The lane never decides what a failure means: an append that did not get an answer
 goes on in the threaded path, which knows how to retry a write whose commit is
