@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.fleet.fault_support import Followed, Written, query, run_history
+from tests.fleet.fault_support import Followed, Written, audited, query, run_history
+from tests.fleet.trial_child import reference_result
 
 from tickwork.events import StopEvent
 
@@ -59,25 +60,22 @@ def check_journal(run_id: str, written: Sequence[Written], last_seq: int) -> Non
 
 def events_of(written: Sequence[Written], qualified_name: str) -> list[dict[str, Any]]:
     """The values of the events named ``qualified_name`` that records of one run add."""
-    found = []
-    for w in written:
-        event = w.data.get("event")
-        if (
-            w.data["type"] == "add_event"
-            and isinstance(event, dict)
-            and event.get("qualified_name") == qualified_name
-        ):
-            found.append(event.get("value", {}))
-    return found
+    return _event_values(written, "add_event", qualified_name)
 
 
 def published(written: Sequence[Written], qualified_name: str) -> list[dict[str, Any]]:
     """The values of the events named ``qualified_name`` that records publish."""
+    return _event_values(written, "publish_event", qualified_name)
+
+
+def _event_values(
+    written: Sequence[Written], record_type: str, qualified_name: str
+) -> list[dict[str, Any]]:
     found = []
     for w in written:
         event = w.data.get("event")
         if (
-            w.data["type"] == "publish_event"
+            w.data["type"] == record_type
             and isinstance(event, dict)
             and event.get("qualified_name") == qualified_name
         ):
@@ -167,6 +165,27 @@ def check_trial_journal(
         f"run {run_id}: journal publishes {journal_progress}, stream has {stream_progress}"
     )
     assert set(stream_progress) == set(range(width)), f"run {run_id}: {stream_progress}"
+
+
+def check_trial_runs(
+    dsn: str,
+    schema: str,
+    seen: Mapping[str, Followed],
+    shapes: Mapping[str, tuple[int, int]],
+    context: str,
+) -> dict[str, list[Written]]:
+    """Every Trial run of ``shapes`` (run id -> its width and factor) ended with the
+    reference result, and nothing of it was lost or doubled: its journal, its stream and
+    what its follower saw.  Returns the audited journals, for further checks."""
+    journals = audited(dsn, schema)
+    streams = stream_rows(dsn, schema)
+    last_seqs = dict(query(dsn, "SELECT run_id, last_seq FROM {s}.runs", schema=schema))
+    for run_id, (width, factor) in shapes.items():
+        assert seen[run_id].result == reference_result(width, factor), context
+        check_journal(run_id, journals[run_id], last_seqs[run_id])
+        check_trial_journal(run_id, journals[run_id], width, streams[run_id])
+        check_stream(seen[run_id], streams[run_id])
+    return journals
 
 
 def _name(event: str) -> str:

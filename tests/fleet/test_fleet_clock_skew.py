@@ -21,30 +21,25 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from tests.fleet.fault_checks import (
     check_executions,
-    check_journal,
     check_settled,
-    check_stream,
-    check_trial_journal,
+    check_trial_runs,
     executions,
-    stream_rows,
 )
 from tests.fleet.fault_support import (
     Fleet,
     Followed,
-    audited,
     drive,
     follow_trial,
     install_audit,
     query,
     running_fleet,
 )
-from tests.fleet.trial_child import SKEW_VARIABLE, Trial, reference_result
+from tests.fleet.trial_child import SKEW_VARIABLE, Trial
 
 from postgres_support import PgSchema
 
@@ -141,17 +136,8 @@ def test_workers_with_wrong_clocks_never_take_live_runs(
         )
     }
     assert holders == set(owners), f"both skewed workers must run some runs: {holders}"
-    journals = audited(dsn, schema)
-    streams = stream_rows(dsn, schema)
-    last_seqs: dict[str, Any] = dict(
-        query(dsn, "SELECT run_id, last_seq FROM {s}.runs", schema=schema)
-    )
-    for number in range(runs):
-        run_id = f"skew-{number}"
-        assert seen[run_id].result == reference_result(3, number + 2), context
-        check_journal(run_id, journals[run_id], last_seqs[run_id])
-        check_trial_journal(run_id, journals[run_id], 3, streams[run_id])
-        check_stream(seen[run_id], streams[run_id])
+    shapes = {f"skew-{number}": (3, number + 2) for number in range(runs)}
+    journals = check_trial_runs(dsn, schema, seen, shapes, context)
     ran = executions(side_log)
     # The side log has the workers' own (wrong) clocks: the skew was in force.
     assert {e.pid for e in ran} == set(pids)

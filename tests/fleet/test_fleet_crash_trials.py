@@ -35,17 +35,13 @@ import anyio
 import pytest
 from tests.fleet.fault_checks import (
     check_executions,
-    check_journal,
     check_settled,
-    check_stream,
-    check_trial_journal,
+    check_trial_runs,
     executions,
-    stream_rows,
 )
 from tests.fleet.fault_support import (
     Fleet,
     Followed,
-    audited,
     follow_trial,
     install_audit,
     query,
@@ -185,16 +181,8 @@ def _run_trials(pg_schema: PgSchema, tmp_path: Path, runs: int, kills: int, paus
             raise AssertionError(f"seed {seed}: {error!r}\n{fleet.logs()}") from error
     context = f"seed {seed}, kills: {[str(kill) for kill in kill_log]}"
     assert len(kill_log) >= max(1, kills // 2), context
-    journals = audited(dsn, schema)
-    streams = stream_rows(dsn, schema)
-    last_seqs = dict(query(dsn, "SELECT run_id, last_seq FROM {s}.runs", schema=schema))
-    for number in range(runs):
-        run_id = f"trial-{number}"
-        followed = seen[run_id]
-        assert followed.result == reference_result(_width(number), _factor(number)), context
-        check_journal(run_id, journals[run_id], last_seqs[run_id])
-        check_trial_journal(run_id, journals[run_id], _width(number), streams[run_id])
-        check_stream(followed, streams[run_id])
+    shapes = {f"trial-{number}": (_width(number), _factor(number)) for number in range(runs)}
+    journals = check_trial_runs(dsn, schema, seen, shapes, context)
     # A live worker may lose a lease too, when its renewals come late on a busy machine
     # (its session stops; the run is claimed again, here or elsewhere).
     lost = fleet.lost_sessions()

@@ -26,22 +26,17 @@ import anyio
 import pytest
 from tests.fleet.fault_checks import (
     check_executions,
-    check_journal,
     check_settled,
-    check_stream,
-    check_trial_journal,
+    check_trial_runs,
     executions,
-    stream_rows,
 )
 from tests.fleet.fault_support import (
     ROOT,
     Fleet,
     Followed,
-    audited,
     drive,
     follow_trial,
     install_audit,
-    query,
     running_fleet,
 )
 from tests.fleet.trial_child import Answer, Trial, reference_result
@@ -171,17 +166,8 @@ def test_every_run_finishes_across_an_immediate_database_restart(
         drive(main, 180, fleet)
         assert _alive(fleet) == [0, 1, 2], f"a worker died:\n{fleet.logs()}"
     context = f"restarts took {restarts} s\n{fleet.logs()}"
-    journals = audited(dsn, schema)
-    streams = stream_rows(dsn, schema)
-    last_seqs: dict[str, Any] = dict(
-        query(dsn, "SELECT run_id, last_seq FROM {s}.runs", schema=schema)
-    )
-    for number in range(runs):
-        run_id = f"restart-{number}"
-        assert seen[run_id].result == reference_result(5, number + 2), context
-        check_journal(run_id, journals[run_id], last_seqs[run_id])
-        check_trial_journal(run_id, journals[run_id], 5, streams[run_id])
-        check_stream(seen[run_id], streams[run_id])
+    shapes = {f"restart-{number}": (5, number + 2) for number in range(runs)}
+    journals = check_trial_runs(dsn, schema, seen, shapes, context)
     # A worker whose sessions stopped (it fenced itself, or lost a lease during a
     # restart) may leave bodies without results.
     lost = fleet.lost_sessions()

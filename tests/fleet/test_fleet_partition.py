@@ -30,18 +30,14 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tests.fleet.fault_checks import (
     check_executions,
-    check_journal,
     check_settled,
-    check_stream,
-    check_trial_journal,
+    check_trial_runs,
     executions,
-    stream_rows,
     wait_compacted,
 )
 from tests.fleet.fault_support import (
     Fleet,
     Followed,
-    audited,
     drive,
     follow_trial,
     install_audit,
@@ -50,7 +46,7 @@ from tests.fleet.fault_support import (
     running_fleet,
     takeover_delays,
 )
-from tests.fleet.trial_child import Trial, reference_result
+from tests.fleet.trial_child import Trial
 
 from postgres_support import PgSchema
 
@@ -238,15 +234,9 @@ def test_a_partitioned_worker_fences_itself_and_another_takes_its_runs_over(
     finally:
         proxy.close()
     context = f"marks {marks}\n{fleet.logs()}"
-    journals = audited(dsn, schema)
-    streams = stream_rows(dsn, schema)
-    last_seqs = dict(query(dsn, "SELECT run_id, last_seq FROM {s}.runs", schema=schema))
-    for number in range(runs):
-        run_id = f"part-{number}"
-        assert seen[run_id].result == reference_result(6, number + 2), context
-        check_journal(run_id, journals[run_id], last_seqs[run_id])
-        check_trial_journal(run_id, journals[run_id], 6, streams[run_id])
-        check_stream(seen[run_id], streams[run_id])
+    shapes = {f"part-{number}": (6, number + 2) for number in range(runs)}
+    journals = check_trial_runs(dsn, schema, seen, shapes, context)
+    for run_id in shapes:
         epochs = {w.epoch for w in journals[run_id]}
         assert len(epochs) >= 2, (
             f"{run_id} was never taken over:\n{run_history(dsn, schema, run_id)}"
