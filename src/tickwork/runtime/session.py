@@ -39,6 +39,7 @@ from tickwork.runtime.control_loop._parking import (
     current_lot,
     lot_or_none,
 )
+from tickwork.runtime.control_loop._task_pool import running_asyncio_loop
 from tickwork.runtime.control_loop.runner import (
     PARKED,
     ResumedLoop,
@@ -105,18 +106,6 @@ def detect_backend() -> str:
     )
 
 
-def _asyncio_loop() -> Any:
-    """The asyncio event loop running in this thread, or ``None`` (trio, or no loop)."""
-    if "asyncio" not in sys.modules:
-        return None
-    import asyncio
-
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
 class DoneFlag:
     """A one-shot event that allocates what its waiters wait on only when someone waits.
 
@@ -153,7 +142,7 @@ class DoneFlag:
         """Return once the flag is set."""
         if self._set:
             return
-        loop = _asyncio_loop()
+        loop = running_asyncio_loop()
         if loop is None:
             event = self._event
             if event is None:

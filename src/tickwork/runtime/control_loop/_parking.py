@@ -16,13 +16,14 @@ from __future__ import annotations
 import contextvars
 import heapq
 import logging
-import sys
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import anyio
+
+from tickwork.runtime.control_loop._task_pool import running_asyncio_loop
 
 __all__ = ["ParkedRun", "ParkingLot", "TimerEntry", "current_lot", "lot_or_none"]
 
@@ -112,7 +113,7 @@ class ParkingLot:
         """Spawn the lot's task, in an empty context: it serves every run of the loop
         and must not keep the contextvars of the one that happened to park first."""
         self._serving = True
-        loop = _asyncio_loop()
+        loop = running_asyncio_loop()
         if loop is not None:
             self._task = contextvars.Context().run(loop.create_task, self._serve())
         else:
@@ -185,18 +186,6 @@ _ASYNCIO_LOTS: weakref.WeakKeyDictionary[Any, ParkingLot] = weakref.WeakKeyDicti
 _TRIO_LOT: Any = None  # a trio.lowlevel.RunVar, made on first use under trio
 
 
-def _asyncio_loop() -> Any:
-    """The running asyncio event loop, or ``None``."""
-    if "asyncio" not in sys.modules:
-        return None
-    import asyncio
-
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
 def _trio_lot_var() -> Any:
     global _TRIO_LOT
     if _TRIO_LOT is None:
@@ -209,7 +198,7 @@ def _trio_lot_var() -> Any:
 def lot_or_none() -> ParkingLot | None:
     """The lot of the event loop running in this thread; ``None`` without one, or when
     none was made for it yet."""
-    loop = _asyncio_loop()
+    loop = running_asyncio_loop()
     if loop is not None:
         return _ASYNCIO_LOTS.get(loop)
     try:
@@ -220,7 +209,7 @@ def lot_or_none() -> ParkingLot | None:
 
 def current_lot(shutdown: Callable[[ParkingLot], None]) -> ParkingLot:
     """The lot of the running event loop, made (with ``shutdown``) on first use."""
-    loop = _asyncio_loop()
+    loop = running_asyncio_loop()
     if loop is not None:
         lot = _ASYNCIO_LOTS.get(loop)
         if lot is None:

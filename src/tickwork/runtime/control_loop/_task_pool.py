@@ -197,15 +197,20 @@ class TrioPool(TaskPool):
             self._event = None
 
 
-def running_asyncio() -> bool:
+def running_asyncio_loop() -> Any:
+    """The asyncio event loop running in this thread, or ``None`` (trio, or no loop)."""
     import sys
 
     if "asyncio" not in sys.modules:
-        return False
+        return None
     import asyncio
 
     try:
-        asyncio.get_running_loop()
+        return asyncio.get_running_loop()
     except RuntimeError:
-        return False
-    return True
+        return None
+
+
+def running_asyncio() -> bool:
+    """Whether this thread runs an asyncio event loop."""
+    return running_asyncio_loop() is not None
