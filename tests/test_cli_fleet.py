@@ -129,3 +129,37 @@ def test_a_worker_process_runs_submitted_runs_and_hands_back_on_sigterm(where: A
     # answer just sent makes it claimable by any worker.
     assert entry.status in ("queued", "parked") and entry.lease_until is None
     store.close()
+
+
+def test_a_run_the_command_leaves_waiting_is_parked_and_wakes_for_any_worker(where: Any) -> None:
+    """``runs resume`` with no answer and ``runs send`` both leave the run waiting: it is
+    parked and unowned at once (not held until the command's lease expires), so a send
+    makes it claimable by any worker."""
+    store = _open(where)
+
+    async def submit() -> None:
+        await Interview(journal=store, timeout=None).submit(run_id="iv-3", topic="tea", rounds=2)
+
+    anyio.run(submit)
+    args = _store_args(store, where)
+    unanswered = tickwork("runs", "resume", "iv-3", *args)
+    assert unanswered.returncode == 1 and "needs an answer" in unanswered.stderr
+    sent = tickwork("runs", "send", "iv-3", "Reply", '{"text": "green"}', *args)
+    assert sent.returncode == 0, sent.stderr
+    assert "iv-3 waits for input" in sent.stderr
+
+    async def after() -> Any:
+        entry = await store.get_run("iv-3")
+        # what a worker claims: nothing while the run is parked with nothing due ...
+        early = await store.claim_runs("another-worker", [entry.workflow_name])
+        handler = await store.attach("iv-3")
+        await handler.send_event(Reply(topic="tea", text="black"))
+        # ... and the run as soon as its inbox has an item (the command's lease, had it
+        # been kept, would have kept every worker away for 30 s)
+        return entry, early, await store.claim_runs("another-worker", [entry.workflow_name])
+
+    entry, early, claims = anyio.run(after)
+    assert (entry.status, entry.owner, entry.lease_until) == ("parked", None, None)
+    assert early == []
+    assert [claim.lease.run_id for claim in claims] == ["iv-3"]
+    store.close()

@@ -72,7 +72,7 @@ def test_a_returned_question_is_shown_and_answered_on_resume_keeping_no_timeout(
     text = tickwork("runs", "show", run_id, "--journal", journal)
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
-    assert "status:        running" in lines
+    assert "status:        parked" in lines
     assert "timeout:       none" in lines
     assert "activity:      waiting for input" in lines
     assert re.fullmatch(
@@ -97,7 +97,7 @@ def test_a_returned_question_is_shown_and_answered_on_resume_keeping_no_timeout(
     assert last_error(bad).startswith(
         "invalid answer: Approval: approved: Input should be a valid boolean"
     )
-    assert show(run_id, journal)["status"] == "running"
+    assert show(run_id, journal)["status"] == "parked"
 
     resumed = tickwork("runs", "resume", run_id, "--journal", journal, stdin="true\n")
     assert resumed.returncode == 0, resumed.stderr
@@ -206,7 +206,7 @@ def test_runs_send_stops_when_the_run_waits_again_and_leaves_it_resumable(
         f"[run] {run_id} waits for input; it stays resumable: tickwork runs send {run_id} "
         f"Reply JSON --journal {journal} --workflow {FLOWS}:Interview"
     )
-    assert show(run_id, journal)["status"] == "running"
+    assert show(run_id, journal)["status"] == "parked"
     resumed = tickwork("runs", "resume", run_id, "--journal", journal, stdin='"black"\n')
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout) == "tea: green, black"
@@ -382,7 +382,7 @@ def test_ctrl_c_says_how_to_resume_the_run(tmp_path: Path) -> None:
         f"tickwork: error: interrupted; run {run_id[1]} is kept; resume it with tickwork runs "
         f"resume {run_id[1]} --journal {journal} --workflow {FLOWS}:Review"
     )
-    assert show(run_id[1], journal)["status"] == "running"
+    assert show(run_id[1], journal)["status"] == "parked"
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -26,11 +26,15 @@ from tickwork._cli.questions import read_answer as read_answer_from
 from tickwork._cli.watch import StepWatch
 from tickwork.errors import WorkflowCancelledByUser, WorkflowTimeoutError
 from tickwork.events import Event, InputRequiredEvent, WorkflowFailedEvent, WorkflowIdleEvent
+from tickwork.fleet.hand_back import stop_and_hand_back
 from tickwork.handler import WorkflowHandler
 from tickwork.journal import JournalError
 from tickwork.workflow import Workflow
 
 __all__ = ["WAITING", "Follow", "ResumeHint", "print_result", "run_backend"]
+
+HAND_BACK_SECONDS = 10.0
+"""How long the command waits for its store to take back a run it leaves."""
 
 WAITING: Any = object()
 """What ``follow`` returns when it left a run waiting (it was not finished)."""
@@ -97,7 +101,15 @@ class Follow:
 
     async def follow(self, handler: WorkflowHandler) -> Any:
         """Print the run's progress while it runs, answer its questions, return its
-        result (or ``WAITING``)."""
+        result (or ``WAITING``).  A journaled run the command leaves unfinished (waiting,
+        unanswered, interrupted) is handed back to its store on the way out."""
+        try:
+            return await self._follow(handler)
+        finally:
+            if self.hint is not None:
+                await _hand_back(handler)
+
+    async def _follow(self, handler: WorkflowHandler) -> Any:
         began = time.monotonic()
         reporter = None
         if self.watch is not None:
@@ -182,6 +194,15 @@ class Follow:
             # The journal failing (a full disk, a damaged file) is not the workflow's failure.
             status = EXIT_USAGE if isinstance(error, JournalError) else EXIT_FAILURE
             raise CliError(f"run {run_id} failed{where}: {one_line(error)}", status) from None
+
+
+async def _hand_back(handler: WorkflowHandler) -> None:
+    """Give the run back to its store, parked when it only waits (queued when it has
+    work left): without this its lease would keep every worker, and every ``send``,
+    away from it until it expires.  Shielded (the command may be leaving because it was
+    interrupted) and bounded: a store that does not answer lets the lease expire."""
+    with anyio.CancelScope(shield=True, deadline=anyio.current_time() + HAND_BACK_SECONDS):
+        await stop_and_hand_back(handler._session, park=True)
 
 
 def run_backend(backend: str, func: Callable[..., Any], *args: Any) -> Any:

@@ -35,17 +35,15 @@ from anyio.abc import TaskGroup
 
 from tickwork._otel import span
 from tickwork._serde_fields import dump_exception
+from tickwork.fleet.hand_back import earliest_deadline, hand_back, parkable, span_attributes
 from tickwork.handler import WorkflowHandler
 from tickwork.journal.recovery import resume_claimed
-from tickwork.runtime.durable import DurableWriter
 from tickwork.runtime.session import RunSession
-from tickwork.runtime.types.state import RunState
 from tickwork.stores import metrics
 from tickwork.stores.leases import process_owner
 from tickwork.stores.records import (
     Claim,
     JournalError,
-    Lease,
     LeaseLost,
     RunOutcome,
     StoreUnavailable,
@@ -81,21 +79,6 @@ class _Active:
     def session(self) -> RunSession:
         session: RunSession = self.handler._session
         return session
-
-
-def _parkable(state: RunState) -> bool:
-    """Only waiting: live, nothing queued (delayed retries included), nothing running."""
-    return state.status == "running" and state.queued == 0 and state.running == 0
-
-
-def _earliest_deadline(state: RunState) -> float | None:
-    deadlines = [
-        waiter.deadline
-        for step in state.steps.values()
-        for waiter in step.waiters.values()
-        if waiter.pending and waiter.deadline is not None
-    ]
-    return min(deadlines) if deadlines else None
 
 
 class Worker:
@@ -211,7 +194,7 @@ class Worker:
     async def _start(self, claim: Claim) -> None:
         """Resume a claimed run here (in a ``tickwork.fleet.claim`` span, which the run's
         span is a child of)."""
-        with span("tickwork.fleet.claim", _span_attributes(claim.lease)):
+        with span("tickwork.fleet.claim", span_attributes(claim.lease)):
             await self._resume(claim)
 
     async def _resume(self, claim: Claim) -> None:
@@ -289,9 +272,9 @@ class Worker:
         state = active.session.state
         # Its last input may be older than this claim (the run was parked).
         last = max(state.last_alive_stamp or now, active.since)
-        if not _parkable(state) or now - last < self.options.idle_release:
+        if not parkable(state) or now - last < self.options.idle_release:
             return False
-        deadline = _earliest_deadline(state)
+        deadline = earliest_deadline(state)
         if deadline is not None and deadline <= now:
             return False
         if await self.store.read_inbox(run_id):
@@ -309,39 +292,10 @@ class Worker:
 
     async def _put_back(self, session: RunSession, claim: Claim, *, park: bool) -> None:
         """Park a stopped session's run (or hand it back when it is not only waiting).
-
         A run that ended meanwhile is left as it is: its final records are written, and
-        handing it back would have it run again.
-        """
-        state = session.state
-        writer = session.writer
-        lease = session.ownership.lease if session.ownership is not None else claim.lease
-        if lease is None or writer is None or state.finished:
-            return  # a run that ended recorded its outcome: it is not given back
-        with span(
-            "tickwork.fleet.park" if park else "tickwork.fleet.release", _span_attributes(lease)
-        ):
-            await self._release(lease, state, writer, park=park)
-
-    async def _release(
-        self, lease: Lease, state: RunState, writer: DurableWriter, *, park: bool
-    ) -> None:
-        """Release the run (``parked`` when it only waits and ``park``, else queued)."""
-        try:
-            if park and _parkable(state) and writer.settled:
-                await writer.write_compacting_snapshot(state)
-                await self.store.release_run(
-                    lease, status="parked", wake_at=_earliest_deadline(state)
-                )
-                self.parked += 1
-                metrics.add("tickwork.fleet.parked")
-            else:
-                await self.store.release_run(lease, status="queued")
-        except LeaseLost as error:
-            _log.warning("run %s was taken over before it was put back: %s", lease.run_id, error)
-        except JournalError as error:
-            # Its lease is no longer renewed: another worker claims it once it expires.
-            _log.warning("run %s could not be put back: %s", lease.run_id, error)
+        handing it back would have it run again."""
+        if await hand_back(session, park=park, lease=claim.lease) == "parked":
+            self.parked += 1
 
     async def _shut_down(self) -> None:
         """Let running steps finish for ``grace`` seconds, then hand every run back."""
@@ -357,14 +311,5 @@ class Worker:
                 continue
             session.stop_here()
             await session.host_done.wait()
-            await self._put_back(session, active.claim, park=_parkable(session.state))
+            await self._put_back(session, active.claim, park=parkable(session.state))
             del self.active[run_id]
-
-
-def _span_attributes(lease: Lease) -> dict[str, str | int]:
-    """What the fleet's spans say about a run."""
-    return {
-        "tickwork.run_id": lease.run_id,
-        "tickwork.epoch": lease.epoch,
-        "tickwork.owner": lease.owner,
-    }
