@@ -409,6 +409,15 @@ async def test_unfenced_duplicate_and_unstorable_records_name_the_seq(
         await store.append("ghost", _records(0))
     with pytest.raises(JournalError, match=r"run 'ghost'.*no such run"):
         [r async for r in store.read("ghost")]
+    # One record at a time (the statement's single-record form), out of order: each
+    # is stored at its own seq, and a seq already stored is refused.
+    await store.append("r1", _records(3))
+    await store.append("r1", _records(2))
+    with pytest.raises(JournalError, match=r"run 'r1': seqs 1\.\.1 were not appended"):
+        await store.append("r1", _records(1))
+    assert [r async for r in store.read("r1")] == _records(0, 1, 2, 3)
+    entry = await store.get_run("r1")
+    assert entry is not None and entry.last_seq == 3
 
 
 # -- claims ----------------------------------------------------------------------------
