@@ -21,6 +21,7 @@ from psycopg import sql
 from postgres_support import PgSchema
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
 from tickwork.cli import main as cli_main
+from tickwork.stores import postgres_schema
 from tickwork.stores.postgres import PostgresJournal
 from tickwork.stores.records import (
     JournalError,
@@ -69,7 +70,7 @@ SNAPSHOT: dict[str, Any] = {"version": 1, "journal_seq": 0}
 def test_migrate_creates_the_tables_once(pg_schema: PgSchema) -> None:
     journal = PostgresJournal(pg_schema.dsn, pg_schema.schema)
     try:
-        assert journal.migrate() == [1]
+        assert journal.migrate() == [1, 2]
         assert journal.migrate() == []
     finally:
         journal.close()
@@ -94,7 +95,58 @@ def test_migrate_creates_the_tables_once(pg_schema: PgSchema) -> None:
         .format(sql.Identifier(pg_schema.schema))
         .as_string(None),
     )
-    assert versions == [(1,)]
+    assert sorted(versions) == [(1,), (2,)]
+
+
+@pytest.mark.anyio
+async def test_a_version_1_schema_with_runs_upgrades_to_version_2_and_keeps_working(
+    pg_schema: PgSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schema = sql.Identifier(pg_schema.schema)
+    with monkeypatch.context() as patch:  # a tickwork that only knows version 1
+        patch.setattr(postgres_schema, "MIGRATIONS", postgres_schema.MIGRATIONS[:1])
+        patch.setattr(postgres_schema, "LATEST_VERSION", 1)
+        old = PostgresJournal(pg_schema.dsn, pg_schema.schema)
+        try:
+            assert old.migrate() == [1]
+            lease = old.register_run("r1", "Flow", SNAPSHOT, start_event={"n": 1}, owner="w1")
+            assert lease is not None
+            await old.append("r1", _records(0, 1), lease=lease)
+            assert old.register_run("done", "Flow", SNAPSHOT, owner="w1") is not None
+            queued = old.register_run("waiting", "Flow", SNAPSHOT)
+            assert queued is None
+        finally:
+            old.close()
+
+    new = PostgresJournal(pg_schema.dsn, pg_schema.schema)
+    try:
+        assert new.migrate() == [2]
+        # The runs, their records and leases came through the table's rewrite.
+        assert [r.seq async for r in new.read("r1")] == [0, 1]
+        await new.append("r1", _records(2), lease=lease)
+        await new.append("r1", _records(3), None, "completed", lease=lease, outcome=RunOutcome(7))
+        entry = await new.get_run("r1")
+        assert entry is not None and (entry.status, entry.last_seq) == ("completed", 3)
+        assert entry.outcome == RunOutcome(7) and entry.start_event == {"n": 1}
+        claimed = await new.claim_runs("w2", ["Flow"], limit=5)
+        assert [claim.lease.run_id for claim in claimed] == ["waiting"]
+    finally:
+        new.close()
+
+    # The status is still checked (by the domain now), and appends update the row in place.
+    with pytest.raises(psycopg.errors.CheckViolation):
+        _query(
+            pg_schema.dsn,
+            sql.SQL("UPDATE {}.runs SET status = 'lost' WHERE run_id = 'r1'")
+            .format(schema)
+            .as_string(None),
+        )
+    (options,) = _query(
+        pg_schema.dsn,
+        "SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)",
+        (f'"{pg_schema.schema}".runs',),
+    )
+    assert options == (["fillfactor=70"],)
 
 
 def test_migrate_creates_a_missing_schema(pg_schema: PgSchema) -> None:
@@ -129,7 +181,7 @@ def test_concurrent_migrations_apply_each_version_once(pg_schema: PgSchema) -> N
     for journal in journals:
         journal.close()
     assert errors == []
-    assert sorted(results) == [[], [1]]
+    assert sorted(results) == [[], [1, 2]]
 
 
 def test_migrate_false_refuses_an_unmigrated_schema_and_says_how_to_fix(
@@ -165,8 +217,8 @@ def test_cli_db_migrate(pg_schema: PgSchema, capsys: pytest.CaptureFixture[str])
     assert cli_main(args) == 0
     assert cli_main(args) == 0
     out = capsys.readouterr()
-    assert out.out.count(f"schema {pg_schema.schema!r} is at version 1") == 2
-    assert out.err.count("applied migration(s) 1") == 1
+    assert out.out.count(f"schema {pg_schema.schema!r} is at version 2") == 2
+    assert out.err.count("applied migration(s) 1, 2") == 1
 
 
 def test_cli_db_migrate_reports_an_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
@@ -357,6 +409,15 @@ async def test_unfenced_duplicate_and_unstorable_records_name_the_seq(
         await store.append("ghost", _records(0))
     with pytest.raises(JournalError, match=r"run 'ghost'.*no such run"):
         [r async for r in store.read("ghost")]
+    # One record at a time (the statement's single-record form), out of order: each
+    # is stored at its own seq, and a seq already stored is refused.
+    await store.append("r1", _records(3))
+    await store.append("r1", _records(2))
+    with pytest.raises(JournalError, match=r"run 'r1': seqs 1\.\.1 were not appended"):
+        await store.append("r1", _records(1))
+    assert [r async for r in store.read("r1")] == _records(0, 1, 2, 3)
+    entry = await store.get_run("r1")
+    assert entry is not None and entry.last_seq == 3
 
 
 # -- claims ----------------------------------------------------------------------------

@@ -235,12 +235,14 @@ class PostgresJournal(PostgresFleetStore):
         last = records[-1].seq if records else None
         label = self._label(run_id, first)
         final = outcome_texts(outcome, label) if final_status is not None else (None, None)
+        datas = [dumps(r.data, self._label(run_id, r.seq), "the record") for r in records]
         params: dict[str, Any] = {
             **fence_params(run_id, lease),
             "first": first,
             "last": last,
             "seqs": [r.seq for r in records],
-            "datas": [dumps(r.data, self._label(run_id, r.seq), "the record") for r in records],
+            "datas": datas,
+            "data": datas[0] if len(datas) == 1 else None,
             "patch_seq": None if state_patch is None else state_patch.after_seq,
             "patch": None
             if state_patch is None
@@ -260,6 +262,7 @@ class PostgresJournal(PostgresFleetStore):
             self.schema,
             fenced=lease is not None,
             records=bool(records),
+            one_record=len(records) == 1,
             progress=is_progress(records),
             patch=state_patch is not None,
             consumed=bool(consumed),
