@@ -368,7 +368,12 @@ class RunSession:
                 if self.ownership is None
                 else self._host(resumed)
             )
-            self.spawn_context.run(loop.create_task, host)
+            if sys.version_info >= (3, 11) and loop.get_task_factory() is None:
+                # What create_task() does with no task factory, minus its checks and
+                # frame (as the loop's worker pool does).
+                asyncio.Task(host, loop=loop, context=self.spawn_context.copy())
+            else:
+                self.spawn_context.run(loop.create_task, host)
         else:
             import trio
 

@@ -203,8 +203,6 @@ class TrioPool(TaskPool):
 
 def running_asyncio_loop() -> Any:
     """The asyncio event loop running in this thread, or ``None`` (trio, or no loop)."""
-    import sys
-
     if "asyncio" not in sys.modules:
         return None
     import asyncio
