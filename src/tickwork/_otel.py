@@ -21,6 +21,12 @@ __all__ = ["available", "span", "tracer", "tracing_configured"]
 
 # Names a tracer provider for OpenTelemetry's API to load on first use.
 _PROVIDER_VARIABLE = "OTEL_PYTHON_TRACER_PROVIDER"
+_PROVIDER_KEY = (
+    os.environ.encodekey(_PROVIDER_VARIABLE)
+    if hasattr(os.environ, "encodekey")
+    else _PROVIDER_VARIABLE
+)
+"""The variable's name as ``os.environ`` stores it."""
 _AVAILABLE: bool | None = None
 _TRACER: Any = None
 
@@ -33,6 +39,20 @@ def available() -> bool:
     return _AVAILABLE
 
 
+def _provider_named() -> bool:
+    """Whether ``OTEL_PYTHON_TRACER_PROVIDER`` is set (and not empty).
+
+    Asked at every run start.  ``os.environ.get()`` of an unset variable costs three
+    Python frames and a raised ``KeyError``; CPython's ``os.environ`` keeps its values in
+    a dict (``_data``, by encoded name, updated in place by every change), which answers
+    the same question in one look-up.  Anything else falls back to ``get()``.
+    """
+    data = getattr(os.environ, "_data", None)
+    if type(data) is not dict:
+        return bool(os.environ.get(_PROVIDER_VARIABLE))
+    return bool(data.get(_PROVIDER_KEY))
+
+
 def tracing_configured() -> bool:
     """Whether a real tracer provider is installed.
 
@@ -42,7 +62,7 @@ def tracing_configured() -> bool:
     """
     if not available():
         return False
-    if "opentelemetry.trace" not in sys.modules and not os.environ.get(_PROVIDER_VARIABLE):
+    if "opentelemetry.trace" not in sys.modules and not _provider_named():
         return False
     from opentelemetry import trace
 

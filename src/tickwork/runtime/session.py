@@ -2,10 +2,10 @@
 
 A ``RunSession`` is created by ``Workflow.run()``.  It owns the run's published
 event stream, its outcome, the latest reduced state (so snapshots and
-``running_steps()`` are O(state), never a replay), and the task that drives
-``control_loop``.  The task is spawned on the caller's event loop (asyncio task or trio
-system task) with the caller's contextvars, because ``run()`` returns before any nursery
-would exist.
+``running_steps()`` are O(state), never a replay), and the task that drives the control
+loop (``run_loop``).  The task is spawned on the caller's event loop (asyncio task or
+trio system task) with the caller's contextvars, because ``run()`` returns before any
+nursery would exist.
 
 A run whose only remaining work is waiters and timers parks (see ``runner``): its task
 ends, and the session keeps the state, the stream and the timers, with the run counted
@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -46,9 +46,8 @@ from tickwork.runtime.control_loop.runner import (
     RunExit,
     StreamLane,
     TimerHeap,
-    control_loop,
     resume_loop,
-    using_adapter,
+    run_loop,
 )
 from tickwork.runtime.event_stream import EventStream
 from tickwork.runtime.run_slots import RunSlots
@@ -59,6 +58,8 @@ from tickwork.runtime.types.state import Invocation, RunConfig, RunState, StepSp
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
 
 if TYPE_CHECKING:
+    import asyncio
+
     # Journaled runs only: imported where a run with a journal store needs them.
     from tickwork.runtime.durable import DurableWriter
     from tickwork.runtime.ownership import Ownership
@@ -167,6 +168,10 @@ def _publish_and_print(stream: EventStream, printer: Any, item: Any) -> None:
     """``publish`` of a verbose run."""
     stream.push(item)
     printer.published(item)
+
+
+async def _nothing() -> None:
+    """What the task of a run stopped before it began awaits."""
 
 
 def _drop(tick: Tick) -> None:
@@ -295,7 +300,8 @@ class RunSession:
         self._post: Callable[[Tick], None] | None = None
         # Made on first use (most runs never need them; a parked run keeps its session).
         self._early_ticks: list[Tick] | None = None
-        self._cancel_scope: anyio.CancelScope | None = None
+        # An anyio scope, or the run's asyncio task itself (see _host_own_task).
+        self._cancel_scope: anyio.CancelScope | asyncio.Task[None] | None = None
         self._limiters: dict[str, anyio.CapacityLimiter] | None = None
         self._run_cache: dict[Any, Any] | None = None
         # While parked: the lot it is counted in, its timers and their entry there.
@@ -357,7 +363,17 @@ class RunSession:
             import asyncio
 
             loop = asyncio.get_running_loop()
-            self.spawn_context.run(loop.create_task, self._host(resumed))
+            host = (
+                self._host_own_task(resumed, asyncio.current_task)
+                if self.ownership is None
+                else self._host(resumed)
+            )
+            if sys.version_info >= (3, 11) and loop.get_task_factory() is None:
+                # What create_task() does with no task factory, minus its checks and
+                # frame (as the loop's worker pool does).
+                asyncio.Task(host, loop=loop, context=self.spawn_context.copy())
+            else:
+                self.spawn_context.run(loop.create_task, host)
         else:
             import trio
 
@@ -370,12 +386,7 @@ class RunSession:
                 self._cancel_scope = scope
                 if self.hard_aborted:
                     scope.cancel()
-                if resumed is not None:
-                    parked = await resumed.resume() is PARKED
-                elif self._run_slots is None:
-                    parked = await self._drive()
-                else:
-                    parked = await self._drive_in_slot(self._run_slots)
+                parked = await self._run_task(resumed) is PARKED
         except BaseException as raised:  # the task must never leak into the event loop
             self._crashed(raised)
         finally:
@@ -383,6 +394,49 @@ class RunSession:
             # another one already): nothing here is this task's to close.
             if not parked:
                 self._close()
+
+    async def _host_own_task(
+        self, resumed: ResumedLoop | None, current_task: Callable[[], Any]
+    ) -> None:
+        """``_host`` for an asyncio run with no journal store: the run's task is its
+        cancel scope.
+
+        An anyio ``CancelScope`` costs a scope, two sets, a task-state record and a weak
+        reference, held by every live run, and two task look-ups.  This task awaits
+        nothing but tickwork's own futures and sleeps (its run's steps are tasks of their
+        own), so cancelling the task itself stops it at the same await; the
+        ``CancelledError`` ends here, as the scope would have absorbed it (``_crashed``
+        ignores a cancellation, as it does one that comes from outside).  A journaled
+        run keeps the scope: its task runs task groups of anyio's.  ``current_task`` is
+        asyncio's (this module imports asyncio only when it runs under it).
+        """
+        parked = False
+        try:
+            task = current_task()
+            self._cancel_scope = task
+            if self.hard_aborted:
+                task.cancel()  # raised at the first await, as the scope's cancel is
+            parked = await self._run_task(resumed) is PARKED
+        except BaseException as raised:  # the task must never leak into the event loop
+            self._crashed(raised)
+        finally:
+            if not parked:  # as in _host
+                self._close()
+
+    def _run_task(self, resumed: ResumedLoop | None) -> Awaitable[RunExit | None]:
+        """What the run's task awaits: the loop's exit, ``PARKED`` if the run parked (it
+        is not over), or ``None`` when no loop ran here.
+
+        The loop's own coroutine when it can be, rather than one of ours awaiting it:
+        every coroutine between the run's task and the loop's wait is an object that
+        each live run holds.  Neither ``_host`` nor ``_drive`` catches a failure here:
+        once the run has an exit, ``_crashed`` ignores what its loop raises.
+        """
+        if resumed is not None:
+            return resumed.resume()
+        if self._run_slots is None:
+            return self._drive()
+        return self._drive_in_slot(self._run_slots)
 
     def _close(self) -> None:
         """The run has ended (or was aborted): release everything it held."""
@@ -430,7 +484,7 @@ class RunSession:
             self.publish(WorkflowFailedEvent(step_name="<runtime>", exception=failure))
             self.finish(RunExit("fail", exception=error, step_name="<runtime>"))
 
-    async def _drive_in_slot(self, slots: RunSlots) -> bool:
+    async def _drive_in_slot(self, slots: RunSlots) -> RunExit | None:
         """Wait for this run's turn (its session has not started, nor its clock).
 
         The slot is held until the run ends, parked or not (``_close`` releases it).
@@ -477,26 +531,18 @@ class RunSession:
         )
         self.ownership.hold(owned, self.lose_lease)
 
-    async def _drive(self) -> bool:
-        """Start the run and drive it; ``True`` if it parked (it is not over)."""
+    def _drive(self) -> Awaitable[RunExit | None]:
+        """Start the run; what is returned drives it (see ``_run_task``)."""
         if self.exit is not None:
             # Stopped (a worker parked the run, or handed it back) or its lease lost before
             # the task began: the run must not move here, not even journal a record.
-            return False
+            return _nothing()
         self.run_span = start_run_span(
             self.run_id, self.config.workflow_name, self.start_event, self.start_event is None
         )
-        with using_adapter(self):
-            if self.ownership is None:
-                try:
-                    # A finished run returns its StopEvent; a parked one returns None.
-                    return await control_loop(self.start_event, self.state, self.run_id) is None
-                except Exception:
-                    if self.exit is None:
-                        raise
-                return False
-            await self._drive_owned(self.ownership)
-            return False
+        if self.ownership is None:
+            return run_loop(self, self.start_event, self.state, self.run_id)
+        return self._drive_owned(self.ownership)
 
     async def _drive_owned(self, ownership: Ownership) -> None:
         """The control loop of a journaled run, beside the pump of its inbox."""
@@ -504,7 +550,7 @@ class RunSession:
         async with anyio.create_task_group() as group:
             group.start_soon(ownership.pump_inbox, self.post_external, self.serializer)
             try:
-                await control_loop(self.start_event, self.state, self.run_id)
+                await run_loop(self, self.start_event, self.state, self.run_id)
             except Exception as error:
                 if self.exit is None:
                     failure = error

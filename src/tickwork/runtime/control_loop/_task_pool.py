@@ -8,7 +8,7 @@ runner picks one with ``running_asyncio`` when a run starts.
 from __future__ import annotations
 
 import sys
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from contextvars import Context
 from typing import Any
 
@@ -45,8 +45,9 @@ class TaskPool:
     def wake(self) -> None:
         raise NotImplementedError
 
-    async def wait(self, delay: float | None) -> None:
-        """Return when woken, or after ``delay`` seconds (``None``: no limit)."""
+    def wait(self, delay: float | None) -> Awaitable[None]:
+        """What to await: done when woken, or after ``delay`` seconds (``None``: no
+        limit)."""
         raise NotImplementedError
 
 
@@ -97,17 +98,20 @@ class AsyncioPool(TaskPool):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def wait(self, delay: float | None) -> None:
+    def wait(self, delay: float | None) -> Awaitable[None]:
         waiter = self._waiter = self._loop.create_future()
-        handle = None
-        if delay is not None:
-            handle = self._loop.call_later(delay, self.wake)
+        if delay is None:
+            # The future itself, not a coroutine awaiting it: a waiting run holds one
+            # object less.  It stays ``_waiter`` once done, which ``wake`` skips.
+            return waiter
+        return self._wait_at_most(waiter, delay)
+
+    async def _wait_at_most(self, waiter: Any, delay: float) -> None:
+        handle = self._loop.call_later(delay, self.wake)
         try:
             await waiter
         finally:
-            self._waiter = None
-            if handle is not None:
-                handle.cancel()
+            handle.cancel()
 
 
 class TrioPool(TaskPool):
@@ -199,8 +203,6 @@ class TrioPool(TaskPool):
 
 def running_asyncio_loop() -> Any:
     """The asyncio event loop running in this thread, or ``None`` (trio, or no loop)."""
-    import sys
-
     if "asyncio" not in sys.modules:
         return None
     import asyncio

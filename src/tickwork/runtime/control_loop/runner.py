@@ -72,6 +72,7 @@ __all__ = [
     "RunExit",
     "TimerHeap",
     "control_loop",
+    "run_loop",
     "resume_loop",
     "using_adapter",
 ]
@@ -239,6 +240,14 @@ def _due_tick(command: ScheduleCommand, now: float) -> Tick:
     return WaiterTimeout(now, command.step, command.waiter_id)
 
 
+# The inbox and the timer heap of every loop that has none yet: a loop makes its own
+# list on its first tick or timer (``_queue``, ``_push_timer``), and nothing else ever
+# adds to these two.  Most runs never post to their inbox or set a timer, and each
+# list a live run holds is one more object for the garbage collector to scan.
+_NO_TICKS: list[Tick] = []
+_NO_TIMERS: TimerHeap = []
+
+
 class _Loop:
     """The drain/wait loop of one run (until it ends or parks)."""
 
@@ -253,13 +262,13 @@ class _Loop:
         self.state = state
         self.run_id = run_id
         self.pending: deque[Tick] = deque()
-        self.heap: TimerHeap = timers if timers is not None else []
+        self.heap: TimerHeap = timers if timers is not None else _NO_TIMERS
         self.heap_seq = max(seq for _, seq, _ in timers) if timers else 0
         self.exit: RunExit | None = None
         self.idle_requested = False
         # A list, not a deque: it is always drained whole, and an empty deque costs a
-        # 64-slot block per run (parked runs keep their loop).
-        self.inbox: list[Tick] = []
+        # 64-slot block per run.
+        self.inbox: list[Tick] = _NO_TICKS
         self.waiting = False
         self.crash: Exception | None = None
         # Whether a tick posted while the loop waits is reduced by the posting task: not
@@ -282,7 +291,6 @@ class _Loop:
         self.pool: TaskPool = (
             AsyncioPool() if running_asyncio() else TrioPool(wake_when_idle=self.drains_inline)
         )
-        self.run_step = adapter.run_step
         self.publish = adapter.publish
         self.spawn_context = adapter.spawn_context
         self.heartbeat_every = adapter.heartbeat_every
@@ -310,23 +318,35 @@ class _Loop:
         if self.waiting and self.drains_inline and not self.unstarted:
             self._drain_inline(tick)
             return
-        self.inbox.append(tick)
+        self._queue(tick)
         if self.waiting:
             self.pool.wake()
 
-    async def run(self, start_event: Any) -> RunExit:
-        """Start the session and drive the run until it ends (or parks: ``PARKED``)."""
+    def _queue(self, tick: Tick) -> None:
+        """Add ``tick`` to the inbox (the loop's own list from the first tick on)."""
+        if self.inbox is _NO_TICKS:
+            self.inbox = []
+        self.inbox.append(tick)
+
+    def run(self, start_event: Any) -> Coroutine[Any, Any, RunExit]:
+        """Start the session; the coroutine returned drives the run until it ends (or
+        parks: ``PARKED``).
+
+        Not a coroutine itself: it returns ``_host``'s, so that a waiting run holds one
+        coroutine frame less (every live run holds its chain of them).
+        """
         self.adapter.bind(self._attach())
         now = time.time()
         self.pending.append(SessionStart(now, self.run_id))
         if start_event is not None:
             self.pending.append(AddEvent(now, start_event))
-        return await self._host(resumed=False)
+        return self._host(resumed=False)
 
-    async def resume(self) -> RunExit:
-        """Drive a loop made by ``resume_loop`` until the run ends or parks again."""
+    def resume(self) -> Coroutine[Any, Any, RunExit]:
+        """The coroutine driving a loop made by ``resume_loop`` until the run ends or
+        parks again (``_host``'s, as in ``run``)."""
         self.waiting = False
-        return await self._host(resumed=True)
+        return self._host(resumed=True)
 
     def _attach(self) -> PostTick:
         """Hand the workers and the stream their ways into this loop (``_stop`` takes
@@ -336,26 +356,26 @@ class _Loop:
         self.adapter.stream_lane = self
         return post
 
-    async def _host(self, resumed: bool) -> RunExit:
+    def _host(self, resumed: bool) -> Coroutine[Any, Any, RunExit]:
+        """The coroutine the run's task awaits: ``_drive`` itself for a journal-less
+        asyncio run (every coroutine between the task and the loop's wait is an object
+        that each live run holds); ``_drive`` in a nursery under trio, or beside a
+        canceller in a journaled asyncio run."""
+        if isinstance(self.pool, AsyncioPool) and not self.adapter.durable:
+            return self._drive(resumed)
+        return self._host_nested(resumed)
+
+    async def _host_nested(self, resumed: bool) -> RunExit:
         pool = self.pool
         if isinstance(pool, AsyncioPool):
-            try:
-                if self.adapter.durable:
-                    await self._drive_beside_a_canceller(resumed)
-                else:
-                    await self._drive(resumed)
-            finally:
-                self._stop()
+            await self._drive_beside_a_canceller(resumed)
         else:
             import trio
 
             assert isinstance(pool, TrioPool)
             async with trio.open_nursery() as nursery:
                 pool.attach(nursery)
-                try:
-                    await self._drive(resumed)
-                finally:
-                    self._stop()
+                await self._drive(resumed)
         assert self.exit is not None
         return self.exit
 
@@ -390,24 +410,29 @@ class _Loop:
         finally:
             self.pool.cancel_all()
 
-    async def _drive(self, resumed: bool) -> None:
+    async def _drive(self, resumed: bool) -> RunExit:
+        """Drive the run until it ends or parks (its exit); the loop stops (``_stop``)
+        whatever happens."""
         adapter = self.adapter
-        if resumed:  # a tick reduced before this task began may have dispatched workers
-            while self.unstarted and self.exit is None:
-                await anyio.lowlevel.checkpoint()
-        while True:
-            if adapter.durable:
-                await self._drain_durably()
-            else:
-                self._drain()
-            if self.exit is not None:
-                adapter.finish(self.exit)
-                return
-            await self._wait_for_input()
-            if self.exit is PARKED:
-                return
-            if self.crash is not None:
-                raise self.crash
+        try:
+            if resumed:  # a tick reduced before this task began may have dispatched workers
+                while self.unstarted and self.exit is None:
+                    await anyio.lowlevel.checkpoint()
+            while True:
+                if adapter.durable:
+                    await self._drain_durably()
+                else:
+                    self._drain()
+                if self.exit is not None:
+                    adapter.finish(self.exit)
+                    return self.exit
+                await self._wait_for_input()
+                if self.exit is PARKED:
+                    return PARKED
+                if self.crash is not None:
+                    raise self.crash
+        finally:
+            self._stop()
 
     def _drain(self) -> None:
         """Reduce every pending tick, executing each tick's commands right away."""
@@ -461,7 +486,7 @@ class _Loop:
             if self.adapter.park(self.heap or None):
                 # The adapter holds the timers now; nothing may refer to this loop but
                 # late posts, which ``post`` forwards.
-                self.heap = []
+                self.heap = _NO_TIMERS
                 self.exit = PARKED
                 return
         self.waiting = True
@@ -624,7 +649,7 @@ class _Loop:
         self.waiting = False
         try:
             if self.inbox:
-                self.inbox.append(tick)
+                self._queue(tick)
                 self._take_available()
                 self._drain()
             else:
@@ -674,6 +699,8 @@ class _Loop:
     def _push_timer(self, command: ScheduleCommand) -> None:
         # The command itself is the entry's payload: no closure per timer.
         self.heap_seq += 1
+        if self.heap is _NO_TIMERS:
+            self.heap = []
         heapq.heappush(self.heap, (command.due_at, self.heap_seq, command))
 
     def _schedule_idle_check(self, command: ScheduleIdleCheck) -> None:
@@ -714,8 +741,9 @@ class ResumedLoop(Protocol):
     def post(self, tick: Tick) -> None:
         """Feed a tick; before ``resume`` begins, the posting task reduces it."""
 
-    async def resume(self) -> RunExit:
-        """Drive the run until it ends (its exit) or parks again (``PARKED``)."""
+    def resume(self) -> Coroutine[Any, Any, RunExit]:
+        """The coroutine driving the run until it ends (its exit) or parks again
+        (``PARKED``)."""
         ...
 
 
@@ -750,7 +778,7 @@ async def control_loop(start_event: Any, init_state: RunState, run_id: str) -> A
             "control_loop() drives a run hosted by tickwork's runtime and cannot be called "
             "directly; start runs with Workflow.run()"
         )
-    run_exit = await _Loop(adapter, init_state, run_id).run(start_event)
+    run_exit = await run_loop(adapter, start_event, init_state, run_id)
     if run_exit is PARKED:
         return None
     if run_exit.kind == "complete":
@@ -762,3 +790,18 @@ async def control_loop(start_event: Any, init_state: RunState, run_id: str) -> A
         raise error
     finally:
         del error  # the traceback holds this frame: no cycle through a local
+
+
+def run_loop(
+    adapter: LoopAdapter, start_event: Any, init_state: RunState, run_id: str
+) -> Coroutine[Any, Any, RunExit]:
+    """Start a run's loop with ``adapter``; the coroutine returned drives it and returns
+    its exit (``PARKED`` if the run parked): what tickwork's runtime awaits.
+
+    Unlike ``control_loop``, the adapter is passed rather than set in a context variable
+    (``using_adapter``) and read back, and the outcome is returned rather than raised:
+    setting the variable makes a context, a token and a weak reference that every live
+    run would hold, and each coroutine layer between the run's task and the loop's wait
+    is one more object per live run.
+    """
+    return _Loop(adapter, init_state, run_id).run(start_event)
