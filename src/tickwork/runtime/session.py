@@ -487,31 +487,15 @@ class RunSession:
             self.run_id, self.config.workflow_name, self.start_event, self.start_event is None
         )
         with using_adapter(self):
-            if self.ownership is None:
-                try:
-                    # A finished run returns its StopEvent; a parked one returns None.
-                    return await control_loop(self.start_event, self.state, self.run_id) is None
-                except Exception:
-                    if self.exit is None:
-                        raise
-                return False
-            await self._drive_owned(self.ownership)
-            return False
-
-    async def _drive_owned(self, ownership: Ownership) -> None:
-        """The control loop of a journaled run, beside the pump of its inbox."""
-        failure: Exception | None = None
-        async with anyio.create_task_group() as group:
-            group.start_soon(ownership.pump_inbox, self.post_external, self.serializer)
             try:
-                await control_loop(self.start_event, self.state, self.run_id)
-            except Exception as error:
+                # A finished run returns its StopEvent; a parked one returns None (a
+                # journaled run never parks).
+                stop = await control_loop(self.start_event, self.state, self.run_id)
+            except Exception:
                 if self.exit is None:
-                    failure = error
-            finally:
-                group.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
+                    raise
+                return False
+            return stop is None and not self.durable
 
     def stop_here(self) -> None:
         """Stop this session without ending the run (a worker parks it or hands it back).
@@ -590,6 +574,11 @@ class RunSession:
         """Group-commit the last drain's ticks to the journal store."""
         if self.writer is not None:
             await self.writer.commit(self.state)
+
+    async def beside(self) -> None:
+        """A journaled run's inbox pump, beside its loop (it never returns)."""
+        if self.ownership is not None:
+            await self.ownership.pump_inbox(self.post_external, self.serializer)
 
     async def heartbeat(self) -> None:
         """Record the alive time spent so far (a waiting run journals nothing)."""
