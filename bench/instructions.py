@@ -64,6 +64,22 @@ BODIES = {
         "async def body(n):\n"
         "    assert (await _run(n, True))[0] == n * (n - 1) // 2"
     ),
+    "durable_concurrent": (
+        "import tempfile\n"
+        "from pathlib import Path\n"
+        "from bench.concurrent_runs import ThreeSteps\n"
+        "from bench.durable_concurrent import _await_all\n"
+        "from tickwork.journal import SqliteJournal\n"
+        "from tickwork.runtime.ownership import Ownership\n"
+        "# Under valgrind a lease renewal can take longer than the default lease (30 s):\n"
+        "# the runs would fence themselves.\n"
+        "Ownership.__init__.__kwdefaults__['lease_seconds'] = 3600.0\n"
+        "folder = tempfile.TemporaryDirectory()\n"
+        "store = SqliteJournal(Path(folder.name) / 'runs.db')\n"
+        "workflow = ThreeSteps(timeout=None, journal=store)\n"
+        "async def body(n):\n"
+        "    await _await_all([workflow.run(value=i) for i in range(n)])"
+    ),
     "snapshot_off": (
         "from bench.snapshot import _run\n"
         "async def body(n):\n"

@@ -446,3 +446,28 @@ async def test_a_write_cancelled_in_flight_is_carried_out(store: SqliteJournal) 
     assert scope.cancelled_caught
     assert steps == ["written"]
     assert await seqs(store, "a") == [0]
+
+
+async def test_the_inbox_reads_of_a_batch_share_their_statements(store: SqliteJournal) -> None:
+    run_ids = [f"r{i}" for i in range(5)]
+    _register(store, run_ids)
+    assert await store.send("r1", "send", {"n": 1}, idempotency_key="a")
+    assert await store.send("r3", "send", {"n": 2}, idempotency_key="b")
+    assert await store.send("r3", "cancel", idempotency_key="c")
+    statements: list[str] = []
+    store.check()
+    assert store._conn is not None
+    store._conn.set_trace_callback(statements.append)
+
+    def read(run_id: str) -> Call:
+        return lambda: store.read_inbox(run_id)
+
+    outcomes = await _in_one_batch(store, [read(r) for r in [*run_ids, "ghost", "r3"]])
+    store._conn.set_trace_callback(None)
+    kinds = [[(item.kind, item.payload) for item in found] for found in outcomes[:5]]
+    assert kinds == [[], [("send", {"n": 1})], [], [("send", {"n": 2}), ("cancel", None)], []]
+    assert isinstance(outcomes[5], JournalError) and "ghost" in str(outcomes[5])
+    assert [item.idempotency_key for item in outcomes[6]] == ["b", "c"]
+    inbox_reads = [s for s in statements if "inbox" in s]
+    # One shared read for the seven calls; the missing run alone reads again to fail.
+    assert len(inbox_reads) == 2, statements

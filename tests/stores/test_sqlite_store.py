@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tickwork.stores.records import JournalError, LeaseLost
+from tickwork.stores.records import JournalError, LeaseLost, StreamItem
 from tickwork.stores.sqlite import SqliteJournal
 from tickwork.stores.sqlite_schema import SCHEMA_VERSION
 
@@ -247,4 +247,32 @@ async def test_a_run_with_a_damaged_row_fails_instead_of_blocking_claims(tmp_pat
     assert [c.lease.run_id for c in claims] == ["good"]
     [bad] = _sql(path, "SELECT status, outcome_error FROM runs WHERE run_id = 'bad'")
     assert bad[0] == "failed" and "start event" in str(bad[1]) and "'bad'" in str(bad[1])
+    store.close()
+
+
+async def test_an_inbox_waiter_wakes_for_a_send_not_for_the_runs_own_appends(
+    tmp_path: Path,
+) -> None:
+    store = SqliteJournal(tmp_path / "inbox.db")
+    lease = store.register_run("r", "wf", snap(), start_event={}, owner="me")
+    woken: list[str] = []
+
+    async def wait(name: str, waiting: object) -> None:
+        await waiting  # type: ignore[misc]
+        woken.append(name)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(wait, "inbox", store.wait_for_inbox(30, "r"))
+        group.start_soon(wait, "change", store.wait_for_change(30, "r"))
+        await anyio.sleep(0.05)
+        await store.append("r", [rec(0)], lease=lease, stream=[StreamItem(0, {"e": 1})])
+        with anyio.fail_after(10):
+            while woken != ["change"]:
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.05)
+        assert woken == ["change"]  # a stream follower wakes; the inbox pump does not
+        await store.send("r", "send", {"n": 1}, idempotency_key="k")
+        with anyio.fail_after(10):
+            while woken != ["change", "inbox"]:
+                await anyio.sleep(0.01)
     store.close()

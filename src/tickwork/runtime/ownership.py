@@ -114,7 +114,7 @@ class Ownership:
                 self.writer.consumes(tick, item.item_id)
                 metrics.record("tickwork.fleet.inbox_lag", max(0.0, time.time() - item.created_at))
                 post(tick)
-            await store.wait_for_change(INBOX_POLL_SECONDS, self.run_id)
+            await store.wait_for_inbox(INBOX_POLL_SECONDS, self.run_id)
 
     def _tick_for(self, item: InboxItem, serializer: Any) -> Tick | None:
         if item.kind == "cancel":

@@ -540,24 +540,8 @@ class RunSession:
         self.run_span = start_run_span(
             self.run_id, self.config.workflow_name, self.start_event, self.start_event is None
         )
-        if self.ownership is None:
-            return run_loop(self, self.start_event, self.state, self.run_id)
-        return self._drive_owned(self.ownership)
-
-    async def _drive_owned(self, ownership: Ownership) -> None:
-        """The control loop of a journaled run, beside the pump of its inbox."""
-        failure: Exception | None = None
-        async with anyio.create_task_group() as group:
-            group.start_soon(ownership.pump_inbox, self.post_external, self.serializer)
-            try:
-                await run_loop(self, self.start_event, self.state, self.run_id)
-            except Exception as error:
-                if self.exit is None:
-                    failure = error
-            finally:
-                group.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
+        # A journaled run's inbox pump runs beside its loop (``beside``).
+        return run_loop(self, self.start_event, self.state, self.run_id)
 
     def stop_here(self) -> None:
         """Stop this session without ending the run (a worker parks it or hands it back).
@@ -636,6 +620,11 @@ class RunSession:
         """Group-commit the last drain's ticks to the journal store."""
         if self.writer is not None:
             await self.writer.commit(self.state)
+
+    async def beside(self) -> None:
+        """A journaled run's inbox pump, beside its loop (it never returns)."""
+        if self.ownership is not None:
+            await self.ownership.pump_inbox(self.post_external, self.serializer)
 
     async def heartbeat(self) -> None:
         """Record the alive time spent so far (a waiting run journals nothing)."""

@@ -509,6 +509,9 @@ class InMemoryJournal:
         """A handler of ``run_id`` that works from any task (see ``.remote``)."""
         return await attach(self, run_id, serializer)
 
+    async def wait_for_inbox(self, timeout: float, run_id: str) -> None:
+        await self.wait_for_change(timeout, run_id)
+
     async def wait_for_change(self, timeout: float, run_id: str | None = None) -> None:
         if self._changed is None:
             self._changed = anyio.Event()

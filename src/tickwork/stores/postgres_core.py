@@ -316,6 +316,10 @@ class PostgresStoreBase:
         """
         await self._listener.wait(timeout, run_id)
 
+    async def wait_for_inbox(self, timeout: float, run_id: str) -> None:
+        """``wait_for_change``: a notification does not say what changed."""
+        await self._listener.wait(timeout, run_id)
+
     # -- what a refused or uncertain write means ---------------------------------------
 
     def _refused(

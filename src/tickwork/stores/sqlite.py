@@ -121,8 +121,9 @@ class SqliteJournal:
         self._renew_conn: sqlite3.Connection | None = None
         self._renew_lock = threading.Lock()
         # The events of ``wait_for_change`` callers, by the run they wait for (``None``:
-        # any run).
+        # any run), and of ``wait_for_inbox`` callers (woken by sends only).
         self._changed: dict[str | None, list[anyio.Event]] = {}
+        self._sent: dict[str | None, list[anyio.Event]] = {}
         self._queue = GroupCommit(self._run_batch)
 
     def __repr__(self) -> str:
@@ -224,13 +225,15 @@ class SqliteJournal:
                     except sqlite3.Error as error:
                         raise sqlite_failure(error, self.path, "closing the file") from error
 
-    def _notify(self, run_id: str | None) -> None:
-        """Wake this process's ``wait_for_change`` callers waiting for ``run_id`` or for
-        any run (``None``: every caller); other processes poll.
+    def _notify(
+        self, run_id: str | None, waiters: dict[str | None, list[anyio.Event]] | None = None
+    ) -> None:
+        """Wake this process's ``wait_for_change`` callers (or ``waiters``) waiting for
+        ``run_id`` or for any run (``None``: every caller); other processes poll.
 
         Only the run's own waiters: with a thousand runs live, waking every run's inbox
         pump for each run's change would cost a million inbox reads."""
-        changed = self._changed
+        changed = self._changed if waiters is None else waiters
         if not changed:
             return
         if run_id is None:
@@ -613,10 +616,11 @@ class SqliteJournal:
         inserted = await self._call(insert, run_id=run_id, action=f"sending a {kind}")
         if inserted:
             self._notify(run_id)
+            self._notify(run_id, self._sent)
         return inserted
 
     async def read_inbox(self, run_id: str) -> list[InboxItem]:
-        read = functools.partial(fleet.read_inbox, path=self.path, run_id=run_id)
+        read = fleet.InboxRead(self.path, run_id)  # the reads of a batch go together
         return await self._call(read, run_id=run_id, action="reading the inbox")
 
     async def read_stream(
@@ -655,19 +659,32 @@ class SqliteJournal:
         """Sleep up to ``timeout``; wake early when this store object wrote a change of
         ``run_id`` (``None``: of any run); changes by other processes are only seen by
         the caller's next poll."""
-        event = anyio.Event()
-        self._changed.setdefault(run_id, []).append(event)
-        try:
-            with anyio.move_on_after(timeout):
-                await event.wait()
-        finally:
-            if not event.is_set():  # timed out or cancelled: leave nothing behind
-                events = self._changed.get(run_id, [])
-                if event in events:
-                    events.remove(event)
-                    if not events:
-                        del self._changed[run_id]
+        await _wait(self._changed, timeout, run_id)
+
+    async def wait_for_inbox(self, timeout: float, run_id: str) -> None:
+        """Sleep up to ``timeout``; wake early when this store object sent an item to
+        the inbox of ``run_id``.  Not on the run's own appends: a run's inbox pump would
+        otherwise read its inbox again after each of its commits that publishes."""
+        await _wait(self._sent, timeout, run_id)
 
     async def attach(self, run_id: str, *, serializer: Any = None) -> RemoteHandler:
         """A handler of ``run_id`` that works from any process (see ``.remote``)."""
         return await attach(self, run_id, serializer)
+
+
+async def _wait(
+    waiters: dict[str | None, list[anyio.Event]], timeout: float, key: str | None
+) -> None:
+    """Wait up to ``timeout`` for an event registered in ``waiters`` under ``key``."""
+    event = anyio.Event()
+    waiters.setdefault(key, []).append(event)
+    try:
+        with anyio.move_on_after(timeout):
+            await event.wait()
+    finally:
+        if not event.is_set():  # timed out or cancelled: leave nothing behind
+            events = waiters.get(key, [])
+            if event in events:
+                events.remove(event)
+                if not events:
+                    del waiters[key]

@@ -25,7 +25,13 @@ from typing import Any
 from tickwork.stores.group_commit import PendingCall
 from tickwork.stores.records import JournalError, Lease, LeaseLost, RunOutcome, RunStatus
 from tickwork.stores.sqlite_checks import journal_label, sqlite_failure
-from tickwork.stores.sqlite_fleet import check_fence, fence_refused
+from tickwork.stores.sqlite_fleet import (
+    InboxRead,
+    check_fence,
+    fence_refused,
+    inbox_items,
+    read_inboxes,
+)
 from tickwork.stores.sqlite_schema import immediate, outcome_columns, placeholders
 
 __all__ = [
@@ -271,16 +277,50 @@ def run_batch(conn: sqlite3.Connection, path: str, batch: Sequence[PendingCall])
     error of a call becomes a ``JournalError`` naming the file, the run and the call.
     Never raises for a call's failure."""
     writes: list[PendingCall] = []
+    inbox_reads: list[PendingCall] = []
     for pending in batch:
         if pending.write:
             writes.append(pending)
-            continue
-        try:
-            pending.result = pending.body(conn)
-        except Exception as error:
-            pending.error = _failure_of(pending, error, path)
+        elif type(pending.body) is InboxRead:
+            inbox_reads.append(pending)
+        else:
+            _run_one(conn, path, pending)
+    # After the other plain calls: every read sees the items sent before it arrived
+    # (its call and theirs were all pending together, so either order is one they
+    # could have had).
+    if len(inbox_reads) > 1:
+        read_together(conn, path, inbox_reads)
+    elif inbox_reads:
+        _run_one(conn, path, inbox_reads[0])
     if writes:
         commit_together(conn, path, writes)
+
+
+def _run_one(conn: sqlite3.Connection, path: str, pending: PendingCall) -> None:
+    """Run a plain call and settle it."""
+    try:
+        pending.result = pending.body(conn)
+    except Exception as error:
+        pending.error = _failure_of(pending, error, path)
+
+
+def read_together(conn: sqlite3.Connection, path: str, reads: Sequence[PendingCall]) -> None:
+    """Settle the inbox reads of a batch (``InboxRead`` calls) with shared statements;
+    a read of a run not in the file, or of an item that does not decode, goes alone
+    (and fails alone, as it would have)."""
+    try:
+        found = read_inboxes(conn, [pending.body.run_id for pending in reads])
+    except sqlite3.Error:
+        found = {}  # each read goes alone and reports its own error
+    for pending in reads:
+        rows = found.get(pending.body.run_id)
+        if rows is None:
+            _run_one(conn, path, pending)
+            continue
+        try:
+            pending.result = inbox_items(path, pending.body.run_id, rows)
+        except Exception as error:
+            pending.error = _failure_of(pending, error, path)
 
 
 def commit_together(conn: sqlite3.Connection, path: str, batch: Sequence[PendingCall]) -> None:

@@ -322,3 +322,10 @@ class JournalStore(Protocol):
         """Return when the store was told about a change (of ``run_id``, or of any run:
         a submit, an inbox item, a release) or after ``timeout`` seconds, whichever
         comes first.  Notifications are hints: callers poll after the timeout anyway."""
+
+    async def wait_for_inbox(self, timeout: float, run_id: str) -> None:
+        """``wait_for_change`` for the inbox pump of ``run_id``: return when an item may
+        have been sent to its inbox, or after ``timeout`` seconds.  A store that cannot
+        tell an inbox item from the run's other changes returns on any of them (the
+        pump then reads an inbox with nothing new); one that can spares the pump of a
+        busy run a read per commit."""

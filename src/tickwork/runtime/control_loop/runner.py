@@ -177,6 +177,11 @@ class LoopAdapter(Protocol):
     async def commit(self) -> None:
         """Make the ticks reduced in the last drain durable (group commit)."""
 
+    async def beside(self) -> None:
+        """Work that runs beside a durable run's loop while the loop runs (a journaled
+        run's inbox pump): cancelled when the loop ends; an error it raises ends the
+        loop with that error."""
+
     async def heartbeat(self) -> None:
         """Record that the run is still alive (its alive time, in journaled runs)."""
 
@@ -368,13 +373,16 @@ class _Loop:
     async def _host_nested(self, resumed: bool) -> RunExit:
         pool = self.pool
         if isinstance(pool, AsyncioPool):
-            await self._drive_beside_a_canceller(resumed)
+            await self._drive_beside(resumed)
         else:
             import trio
 
             assert isinstance(pool, TrioPool)
             async with trio.open_nursery() as nursery:
                 pool.attach(nursery)
+                if self.adapter.durable:
+                    # Cancelled with the workers: ``_stop`` cancels the nursery.
+                    nursery.start_soon(self.adapter.beside)
                 await self._drive(resumed)
         assert self.exit is not None
         return self.exit
@@ -388,24 +396,27 @@ class _Loop:
         self.settle_writes()
         self.adapter.stream_lane = None
 
-    async def _drive_beside_a_canceller(self, resumed: bool) -> None:
-        """``_drive``, beside a task that cancels the step bodies as soon as the run
-        is cancelled.
+    async def _drive_beside(self, resumed: bool) -> None:
+        """``_drive``, beside one task that runs the adapter's ``beside`` work and
+        cancels the step bodies as soon as the run is cancelled.
 
         asyncio step bodies are plain tasks, cancelled when this loop unwinds; a durable
         loop may then be waiting for its store on a thread, which no cancellation
         interrupts (a database that does not answer).  A session that lost its lease
         must stop its step bodies at once all the same (trio's nursery does that).
+        One task does both jobs: a thousand journaled runs waiting at once each hold
+        it, its task group and its cancel scopes (the garbage collector walks them all).
         """
         async with anyio.create_task_group() as group:
-            group.start_soon(self._cancel_steps_when_cancelled)
+            group.start_soon(self._beside_then_cancel_steps)
             try:
                 await self._drive(resumed)
             finally:
                 group.cancel_scope.cancel()
 
-    async def _cancel_steps_when_cancelled(self) -> None:
+    async def _beside_then_cancel_steps(self) -> None:
         try:
+            await self.adapter.beside()
             await anyio.sleep_forever()
         finally:
             self.pool.cancel_all()
