@@ -1,17 +1,18 @@
-"""The run's published-event buffer and its single-consumer cursor.
+"""The run's published-event buffer, read in order by a single consumer.
 
 Published events are buffered until consumed, so a consumer that attaches late (even
 after the run has ended) still sees everything.  Each event goes to exactly one reader;
-concurrent readers share one cursor.  A step state change (a ``RunWorker`` stands for
-RUNNING, a ``PublishStepState`` for the others) is buffered as a small tuple of strings,
-which the garbage collector stops tracking, and becomes a ``StepStateChanged`` only
-when read: a run nobody streams keeps two such records per step execution and nothing
-more (not the invocation, not its events).  A ``WorkflowIdleEvent`` is buffered as one
-shared record too.
+concurrent readers take from one shared queue.  A step state change (a ``RunWorker``
+stands for RUNNING, a ``PublishStepState`` for the others) is buffered as a small tuple
+of strings, which the garbage collector stops tracking, and becomes a
+``StepStateChanged`` only when read: a run nobody streams keeps two such records per
+step execution and nothing more (not the invocation, not its events).  A
+``WorkflowIdleEvent`` is buffered as one shared record too.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from functools import lru_cache
 from typing import Any
@@ -202,11 +203,12 @@ def _push_handle_of(cls: type) -> Any:
 
 
 class EventStream:
-    """An append-only buffer with one shared read cursor."""
+    """A FIFO buffer of the unread items, shared by every reader."""
 
     def __init__(self) -> None:
-        self._items: list[Any] = []
-        self._cursor = 0
+        # Unread items only: reading pops them, so a consumed event is released at once
+        # and the buffer holds nothing per event read (no placeholder, no cursor).
+        self._items: deque[Any] = deque()
         self._closed = False
         self._changed: anyio.Event | None = None
         self.consumed = False
@@ -240,7 +242,7 @@ class EventStream:
     @property
     def drained(self) -> bool:
         """Closed and every item was handed out."""
-        return self._closed and self._cursor >= len(self._items)
+        return self._closed and not self._items
 
     async def next_item(self) -> tuple[bool, Any]:
         """The next unread item, waiting for one; ``(False, None)`` at the end.
@@ -249,23 +251,20 @@ class EventStream:
         concurrent reader waiting for more then ends too, without waiting for the run's
         task to finish (nothing is published after the terminal event).
         """
-        while self._cursor >= len(self._items):
+        while not self._items:
             if self._closed or self.consumed:
                 return False, None
             if self._changed is None:
                 self._changed = anyio.Event()
             await self._changed.wait()
-        item = self._items[self._cursor]
-        self._items[self._cursor] = None
-        self._cursor += 1
-        return True, item
+        return True, self._items.popleft()
 
     async def iterate(
         self, expose_internal: bool, consumed_error: str | None = None
     ) -> AsyncIterator[Any]:
         """Yield events until (and including) the first ``StopEvent``.
 
-        Concurrent iterations share the cursor: each event goes to one of them, and
+        Concurrent iterations share the buffer: each event goes to one of them, and
         when one takes the terminal event the others end (api.md §25.3).  With
         ``consumed_error``, a stream whose terminal event was already handed out
         raises ``WorkflowRuntimeError`` with that message instead of ending at once.
@@ -273,12 +272,10 @@ class EventStream:
         if consumed_error is not None and self.consumed:
             raise WorkflowRuntimeError(consumed_error)
         items = self._items
+        take = items.popleft
         while True:
-            cursor = self._cursor
-            if cursor < len(items):  # the common case: no coroutine, no wait
-                item = items[cursor]
-                items[cursor] = None
-                self._cursor = cursor + 1
+            if items:  # the common case: no coroutine, no wait
+                item = take()
             else:
                 ok, item = await self.next_item()
                 if not ok:
