@@ -108,6 +108,7 @@ class StepInvoker:
         "fn",
         "is_async",
         "list_only_types",
+        "positional",
         "resources",
         "retry_policy",
         "spec",
@@ -131,6 +132,49 @@ class StepInvoker:
         # The common shape: an async body with no resources and no per-step timeout,
         # awaited right in execute_invocation (no extra coroutine layer).
         self.direct = self.is_async and not self.resources and self.timeout is None
+        self.positional = (
+            _positional_order(fn, self.event_name, self.context_parameter)
+            if self.direct and spec.kind == "plain" and self.collection_param is None
+            else NO_POSITIONAL
+        )
+        """How a direct body takes its arguments by position (``NO_POSITIONAL``: by
+        keyword, through ``_bind_arguments``)."""
+
+
+NO_POSITIONAL = 0
+"""``StepInvoker.positional``: call with keyword arguments."""
+EVENT_ONLY = 1
+"""``StepInvoker.positional``: ``fn(event)``."""
+CONTEXT_FIRST = 2
+"""``StepInvoker.positional``: ``fn(context, event)``."""
+EVENT_FIRST = 3
+"""``StepInvoker.positional``: ``fn(event, context)``."""
+
+
+def _positional_order(fn: Callable[..., Any], event_name: str, context_name: str | None) -> int:
+    """How ``fn`` takes the event (and the context) by position, when its own parameters
+    are exactly those, positional-or-keyword; else ``NO_POSITIONAL``.
+
+    Positional arguments skip a kwargs dict and the keyword matching of every call
+    (``_bind_arguments``), the same binding for such a signature.  A wrapper's own
+    signature is read, not the one ``functools.wraps`` reports for the function it
+    wraps: a ``(*args, **kwargs)`` wrapper sees keywords, as it always did.
+    """
+    try:
+        parameters = list(inspect.signature(fn, follow_wrapped=False).parameters.values())
+    except (TypeError, ValueError):
+        return NO_POSITIONAL
+    if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters):
+        return NO_POSITIONAL
+    names = [p.name for p in parameters]
+    if names == [event_name] and context_name is None:
+        return EVENT_ONLY
+    if context_name is not None:
+        if names == [context_name, event_name]:
+            return CONTEXT_FIRST
+        if names == [event_name, context_name]:
+            return EVENT_FIRST
+    return NO_POSITIONAL
 
 
 class StepInvokers(dict[str, StepInvoker]):
@@ -171,6 +215,17 @@ def _bind_arguments(
     if invoker.context_parameter:
         kwargs[invoker.context_parameter] = scope.context()
     return kwargs
+
+
+def _call_direct(invocation: Invocation, invoker: StepInvoker, scope: StepScope) -> Any:
+    """Call a direct body (see ``StepInvoker.positional``); returns its coroutine."""
+    positional = invoker.positional
+    event = invocation.item.event
+    if positional == CONTEXT_FIRST:
+        return invoker.fn(scope.context(), event)
+    if positional == EVENT_FIRST:
+        return invoker.fn(event, scope.context())
+    return invoker.fn(**_bind_arguments(invocation, invoker, scope))
 
 
 async def _run_body(
@@ -268,7 +323,10 @@ async def execute_invocation(
         try:
             if invoker.direct:
                 CURRENT_SCOPE.set(weakref.ref(scope))
-                value = await invoker.fn(**_bind_arguments(invocation, invoker, scope))
+                if invoker.positional == EVENT_ONLY:  # the simplest body: no frame more
+                    value = await invoker.fn(invocation.item.event)
+                else:
+                    value = await _call_direct(invocation, invoker, scope)
                 kind = type(value)
                 if not (IS_EVENT[kind] and kind not in invoker.list_only_types):
                     check_return_value(invoker.spec, value)  # None, a list, or a wrong value
