@@ -28,6 +28,7 @@ from tickwork.runtime.control_loop._tx import (
     fail_run,
     finish_invocation,
     invocation_order,
+    start_invocation,
     waiter_order,
 )
 from tickwork.runtime.control_loop._waiters import (
@@ -49,6 +50,7 @@ from tickwork.runtime.control_loop.streams import (
 from tickwork.runtime.types.commands import (
     CancelWorker,
     PublishEvent,
+    PublishStepState,
 )
 from tickwork.runtime.types.evolve import evolve as replace
 from tickwork.runtime.types.kinds import IS_INPUT_REQUIRED
@@ -58,6 +60,7 @@ from tickwork.runtime.types.state import (
     StepSpec,
     WorkItem,
 )
+from tickwork.runtime.types.step_id import work_item_id
 from tickwork.runtime.types.ticks import (
     AddEvent,
 )
@@ -301,6 +304,66 @@ def emit_events(
         if not tx.live:
             break
     return opened
+
+
+def emit_fanned_out(
+    tx: Tx,
+    events: list[Any],
+    recovery_counts: Mapping[str, int],
+    scope_path: tuple[str, ...],
+    producer: str,
+) -> int:
+    """``emit_events`` for the elements of a fan-out list: the same state and commands.
+
+    A fan-out delivers thousands of events in one tick.  When nothing can intercept them
+    (no waiter, no blind waiter, no HITL request) and each goes only to plain steps,
+    every delivery is a work item that starts in a free slot or joins its step's queue,
+    so they are built in one pass and each step's queue is extended once at the end
+    instead of rebuilt per element.  That is exact because a queued delivery means the
+    step has no free slot, and nothing in the pass frees one: every later delivery to
+    that step is queued too, in order.
+    """
+    if not _only_plain_deliveries(tx, events):
+        return emit_events(tx, events, recovery_counts, scope_path, producer)
+    routes = tx.base.config.routes
+    specs = tx.base.config.steps
+    commands = tx.commands
+    queued: dict[str, list[WorkItem]] = {}  # step -> its deliveries that found no slot
+    first_seq = seq = tx.work_item_seq  # minted here: tx.mint_work_item() without a call
+    for event in events:
+        for step in routes[type(event)]:
+            # Positional, as in _route_to_step.
+            item = WorkItem(work_item_id(seq), step, event, None, scope_path, recovery_counts)
+            seq += 1
+            waiting = queued.get(step)
+            if waiting is None:
+                if tx.steps[step].slots.busy < specs[step].num_workers:
+                    start_invocation(tx, step, item)
+                    continue
+                waiting = queued[step] = []
+            waiting.append(item)
+            commands.append(PublishStepState(step, "preparing", "<enqueued>", type(event)))
+    tx.work_item_seq = seq
+    for step, items in queued.items():
+        current = tx.steps[step]
+        tx.put_step(step, replace(current, queue=current.queue.extend(items)))
+        tx.queued += len(items)
+    return seq - first_seq  # one open work item per delivery
+
+
+def _only_plain_deliveries(tx: Tx, events: list[Any]) -> bool:
+    """Whether delivering ``events`` can only start or queue work items of plain steps
+    (``deliver_event`` would then do nothing else for any of them)."""
+    if tx.holdings.blind.size or not tx.waiter_index.empty:
+        return False
+    config = tx.base.config
+    for event_type in set(map(type, events)):
+        targets = config.routes[event_type]
+        if not targets or IS_INPUT_REQUIRED[event_type]:
+            return False
+        if any(config.steps[step].kind != "plain" for step in targets):
+            return False
+    return True
 
 
 def emit_event(tx: Tx, event: Any, source: WorkItem) -> int:
