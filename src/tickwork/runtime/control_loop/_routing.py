@@ -154,7 +154,7 @@ def _route_to_step(
 def _arrive_at_collect_step(tx: Tx, step: str, event: Any, scope_path: tuple[str, ...]) -> None:
     """Buffer a stream member for the nearest enclosing stream bound to ``step``."""
     config = tx.base.config
-    found = nearest_binding(tx.streams, scope_path, config.bindings_by_producer, step, type(event))
+    found = nearest_binding(tx.streams, scope_path, config.collectors, step, type(event))
     if found is None:
         _log.warning(
             "%s reached the list[E] step %r outside any fan-out stream bound to it; "
@@ -386,7 +386,7 @@ def settle_in_stream(
     A stream that was cut by ``Take(n, cancel_rest=True)`` while this item ran is gone,
     and there is nothing left to account for.
     """
-    if not scope_path or not tx.live or scope_path[-1] not in tx.streams:
+    if not scope_path or not tx.live or tx.streams.get(scope_path[-1]) is None:
         return
     try:
         tx.streams = settle(tx.streams, scope_path[-1], kind, deliveries, new_bindings)

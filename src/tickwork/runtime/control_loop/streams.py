@@ -160,18 +160,22 @@ def add_open_work(streams: Streams, stream_id: str, count: int) -> Streams:
 def nearest_binding(
     streams: Streams,
     scope_path: tuple[str, ...],
-    bindings_by_producer: Mapping[str, tuple[BindingSpec, ...]],
+    collectors: Mapping[tuple[str, str, type], BindingSpec | None],
     target: str,
     event_type: type,
 ) -> tuple[str, BindingSpec] | None:
-    """The innermost enclosing stream bound to ``target`` that collects ``event_type``."""
+    """The innermost enclosing stream bound to ``target`` that collects ``event_type``.
+
+    ``collectors`` is the config's ``(producer, target, event type) -> binding`` memo
+    (``RunConfig.collectors``): one lookup per enclosing stream, for every member.
+    """
     for stream_id in reversed(scope_path):
         stream = streams.get(stream_id)
         if stream is None:
             continue
-        for binding in bindings_by_producer.get(stream.source_step, ()):
-            if binding.target == target and binding.collects(event_type):
-                return stream_id, binding
+        binding = collectors[stream.source_step, target, event_type]
+        if binding is not None:
+            return stream_id, binding
     return None
 
 
@@ -206,7 +210,7 @@ def buffer_member(
 
     Arrivals after the binding fired are dropped.
     """
-    key = release_key(stream_id, binding.binding_id)
+    key = f"{stream_id}:{binding.binding_id}"  # release_key(), inlined: once per member
     state = releases.get(key)
     if state is None or state.released:
         return streams, releases, None
