@@ -329,6 +329,7 @@ def emit_fanned_out(
     specs = tx.base.config.steps
     commands = tx.commands
     queued: dict[str, list[WorkItem]] = {}  # step -> its deliveries that found no slot
+    preparing: dict[tuple[str, type], PublishStepState] = {}
     first_seq = seq = tx.work_item_seq  # minted here: tx.mint_work_item() without a call
     for event in events:
         for step in routes[type(event)]:
@@ -342,13 +343,26 @@ def emit_fanned_out(
                     continue
                 waiting = queued[step] = []
             waiting.append(item)
-            commands.append(PublishStepState(step, "preparing", "<enqueued>", type(event)))
+            commands.append(_preparing(preparing, step, type(event)))
     tx.work_item_seq = seq
     for step, items in queued.items():
         current = tx.steps[step]
         tx.put_step(step, replace(current, queue=current.queue.extend(items)))
         tx.queued += len(items)
     return seq - first_seq  # one open work item per delivery
+
+
+def _preparing(
+    made: dict[tuple[str, type], PublishStepState], step: str, event_type: type
+) -> PublishStepState:
+    """The PREPARING command of a queued delivery of ``event_type`` to ``step``: one
+    record per pair in a batch (commands are values, and each one queued is the same)."""
+    command = made.get((step, event_type))
+    if command is None:
+        command = made[step, event_type] = PublishStepState(
+            step, "preparing", "<enqueued>", event_type
+        )
+    return command
 
 
 def _only_plain_deliveries(tx: Tx, events: list[Any]) -> bool:
