@@ -403,11 +403,14 @@ def settle_in_stream(
     if not scope_path or not tx.live or tx.streams.get(scope_path[-1]) is None:
         return
     try:
-        tx.streams = settle(tx.streams, scope_path[-1], kind, deliveries, new_bindings)
+        tx.streams, open_work = settle(tx.streams, scope_path[-1], kind, deliveries, new_bindings)
     except AccountingError as error:
         _fail_accounting(tx, scope_path[-1], error)
         return
-    tx.touch_stream(scope_path[-1])
+    if open_work == 0:
+        # Only a stream at zero may close at the end of the tick: anything that changes
+        # the count later in the tick settles (or counts) again and is checked then.
+        tx.touch_stream(scope_path[-1])
 
 
 def count_open_work(tx: Tx, stream: str, count: int) -> None:

@@ -98,8 +98,9 @@ def settle(
     kind: Settlement,
     deliveries: int = 0,
     new_bindings: int = 0,
-) -> Streams:
-    """Classify one finished execution of a work item of ``stream_id``.
+) -> tuple[Streams, int]:
+    """Classify one finished execution of a work item of ``stream_id``; returns the
+    streams and the stream's open-work count after it.
 
     * ``completed``: its emitted events made ``deliveries`` deliveries: ``+deliveries-1``;
     * ``fanned_out``: it became one pending release per binding: ``+new_bindings-1``;
@@ -128,7 +129,7 @@ def settle(
             f"stream {stream_id} of step {stream.source_step!r} has a negative open-work "
             f"count ({count}) after a {kind} work item"
         )
-    return streams.set(
+    streams = streams.set(
         stream_id,
         StreamState(
             stream.stream_id,
@@ -138,6 +139,7 @@ def settle(
             stream.accepting_binding_ids,
         ),
     )
+    return streams, count
 
 
 def add_open_work(streams: Streams, stream_id: str, count: int) -> Streams:
