@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import pytest
+
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, catch_error, step
 from tickwork.errors import WorkflowCancelledByUser, WorkflowTimeoutError
 from tickwork.events import (
@@ -25,6 +27,7 @@ from tickwork.events import (
     WorkflowIdleEvent,
     WorkflowTimedOutEvent,
 )
+from tickwork.runtime.control_loop import _routing
 from tickwork.runtime.control_loop.reduce import reduce
 from tickwork.runtime.control_loop.streams import EMPTY_BUFFER, decide_collect
 from tickwork.runtime.event_stream import materialize
@@ -156,6 +159,22 @@ class ListFlow(Workflow):
 
     @step
     async def middle(self, ev: A) -> None: ...
+
+
+class WideFanFlow(Workflow):
+    """A fan-out whose elements go to several plain steps, some of them to two."""
+
+    @step
+    async def fan(self, ev: StartEvent) -> list[A | B]: ...
+
+    @step(num_workers=2)
+    async def pool(self, ev: A) -> None: ...
+
+    @step(num_workers=1)
+    async def second(self, ev: A) -> None: ...
+
+    @step(num_workers=3)
+    async def single(self, ev: B) -> StopEvent | None: ...
 
 
 class HitlFlow(Workflow):
@@ -713,6 +732,38 @@ def test_input_required_fan_out_elements_are_published_before_downstream_running
         ("running", "middle", "0"),
         ("run", "middle", "wi-1", 0),
     ]
+
+
+def test_a_fan_out_into_plain_steps_dispatches_and_queues_as_one_delivery_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batched delivery of a fan-out list gives the state and commands of
+    delivering its elements one by one (``emit_events``)."""
+    elements = [A(n=1), B(n=2), A(n=3), A(n=4), B(n=5), B(n=6), B(n=7), A(n=8)]
+
+    def fan_out() -> tuple[object, list[object]]:
+        kit = ReducerKit(WideFanFlow())
+        kit.start()
+        (fan,) = kit.running("fan")
+        out = kit.complete(fan, elements)
+        return kit.state, out
+
+    batched_state, batched = fan_out()
+    assert summary(batched)[:4] == [
+        ("not_running", "fan", "0"),
+        ("running", "pool", "0"),
+        ("run", "pool", "wi-1", 0),
+        ("running", "second", "0"),
+    ]
+    assert [it.event for it in batched_state.steps["pool"].queue] == [A(n=4), A(n=8)]
+    assert [it.event for it in batched_state.steps["second"].queue] == [A(n=3), A(n=4), A(n=8)]
+    assert [it.event for it in batched_state.steps["single"].queue] == [B(n=7)]
+    assert (batched_state.queued, batched_state.running) == (6, 6)
+
+    monkeypatch.setattr(_routing, "_only_plain_deliveries", lambda tx, events: False)
+    one_by_one_state, one_by_one = fan_out()
+    assert fingerprint(batched) == fingerprint(one_by_one)
+    assert fingerprint(batched_state) == fingerprint(one_by_one_state)
 
 
 def test_a_stop_event_completes_the_run_cancels_the_rest_and_clears_state() -> None:

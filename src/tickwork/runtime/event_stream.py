@@ -65,6 +65,11 @@ def _finished(
     return (_RECORD, "not_running", step, worker_id, str(input_type), output)
 
 
+@lru_cache(maxsize=4096)
+def _preparing(step: str, worker_id: str, input_type: type) -> StepStateRecord:
+    return (_RECORD, "preparing", step, worker_id, input_type.__name__, None)
+
+
 def _running_record(command: RunWorker) -> StepStateRecord:
     invocation = command.invocation
     event_type = type(invocation.item.event)
@@ -81,8 +86,8 @@ def _state_record(command: PublishStepState) -> StepStateRecord:
             command.output_type,
             command.has_output,
         )
-    input_name = command.input_type.__name__
-    return (_RECORD, command.state, command.step, command.worker_id, input_name, None)
+    # PREPARING, the other state: shared too, a fan-out queues thousands of items at once.
+    return _preparing(command.step, command.worker_id, command.input_type)
 
 
 # A buffered ``WorkflowIdleEvent`` (it has no fields): a run parked waiting for a human

@@ -28,6 +28,7 @@ from tickwork.runtime.control_loop._tx import (
     fail_run,
     finish_invocation,
     invocation_order,
+    start_invocation,
     waiter_order,
 )
 from tickwork.runtime.control_loop._waiters import (
@@ -49,6 +50,7 @@ from tickwork.runtime.control_loop.streams import (
 from tickwork.runtime.types.commands import (
     CancelWorker,
     PublishEvent,
+    PublishStepState,
 )
 from tickwork.runtime.types.evolve import evolve as replace
 from tickwork.runtime.types.kinds import IS_INPUT_REQUIRED
@@ -58,6 +60,7 @@ from tickwork.runtime.types.state import (
     StepSpec,
     WorkItem,
 )
+from tickwork.runtime.types.step_id import work_item_id
 from tickwork.runtime.types.ticks import (
     AddEvent,
 )
@@ -151,7 +154,7 @@ def _route_to_step(
 def _arrive_at_collect_step(tx: Tx, step: str, event: Any, scope_path: tuple[str, ...]) -> None:
     """Buffer a stream member for the nearest enclosing stream bound to ``step``."""
     config = tx.base.config
-    found = nearest_binding(tx.streams, scope_path, config.bindings_by_producer, step, type(event))
+    found = nearest_binding(tx.streams, scope_path, config.collectors, step, type(event))
     if found is None:
         _log.warning(
             "%s reached the list[E] step %r outside any fan-out stream bound to it; "
@@ -303,6 +306,80 @@ def emit_events(
     return opened
 
 
+def emit_fanned_out(
+    tx: Tx,
+    events: list[Any],
+    recovery_counts: Mapping[str, int],
+    scope_path: tuple[str, ...],
+    producer: str,
+) -> int:
+    """``emit_events`` for the elements of a fan-out list: the same state and commands.
+
+    A fan-out delivers thousands of events in one tick.  When nothing can intercept them
+    (no waiter, no blind waiter, no HITL request) and each goes only to plain steps,
+    every delivery is a work item that starts in a free slot or joins its step's queue,
+    so they are built in one pass and each step's queue is extended once at the end
+    instead of rebuilt per element.  That is exact because a queued delivery means the
+    step has no free slot, and nothing in the pass frees one: every later delivery to
+    that step is queued too, in order.
+    """
+    if not _only_plain_deliveries(tx, events):
+        return emit_events(tx, events, recovery_counts, scope_path, producer)
+    routes = tx.base.config.routes
+    specs = tx.base.config.steps
+    commands = tx.commands
+    queued: dict[str, list[WorkItem]] = {}  # step -> its deliveries that found no slot
+    preparing: dict[tuple[str, type], PublishStepState] = {}
+    first_seq = seq = tx.work_item_seq  # minted here: tx.mint_work_item() without a call
+    for event in events:
+        for step in routes[type(event)]:
+            # Positional, as in _route_to_step.
+            item = WorkItem(work_item_id(seq), step, event, None, scope_path, recovery_counts)
+            seq += 1
+            waiting = queued.get(step)
+            if waiting is None:
+                if tx.steps[step].slots.busy < specs[step].num_workers:
+                    start_invocation(tx, step, item)
+                    continue
+                waiting = queued[step] = []
+            waiting.append(item)
+            commands.append(_preparing(preparing, step, type(event)))
+    tx.work_item_seq = seq
+    for step, items in queued.items():
+        current = tx.steps[step]
+        tx.put_step(step, replace(current, queue=current.queue.extend(items)))
+        tx.queued += len(items)
+    return seq - first_seq  # one open work item per delivery
+
+
+def _preparing(
+    made: dict[tuple[str, type], PublishStepState], step: str, event_type: type
+) -> PublishStepState:
+    """The PREPARING command of a queued delivery of ``event_type`` to ``step``: one
+    record per pair in a batch (commands are values, and each one queued is the same)."""
+    command = made.get((step, event_type))
+    if command is None:
+        command = made[step, event_type] = PublishStepState(
+            step, "preparing", "<enqueued>", event_type
+        )
+    return command
+
+
+def _only_plain_deliveries(tx: Tx, events: list[Any]) -> bool:
+    """Whether delivering ``events`` can only start or queue work items of plain steps
+    (``deliver_event`` would then do nothing else for any of them)."""
+    if tx.holdings.blind.size or not tx.waiter_index.empty:
+        return False
+    config = tx.base.config
+    for event_type in set(map(type, events)):
+        targets = config.routes[event_type]
+        if not targets or IS_INPUT_REQUIRED[event_type]:
+            return False
+        if any(config.steps[step].kind != "plain" for step in targets):
+            return False
+    return True
+
+
 def emit_event(tx: Tx, event: Any, source: WorkItem) -> int:
     """``emit_events`` for the one event a step returned (the usual case)."""
     if IS_INPUT_REQUIRED[type(event)]:
@@ -323,14 +400,17 @@ def settle_in_stream(
     A stream that was cut by ``Take(n, cancel_rest=True)`` while this item ran is gone,
     and there is nothing left to account for.
     """
-    if not scope_path or not tx.live or scope_path[-1] not in tx.streams:
+    if not scope_path or not tx.live or tx.streams.get(scope_path[-1]) is None:
         return
     try:
-        tx.streams = settle(tx.streams, scope_path[-1], kind, deliveries, new_bindings)
+        tx.streams, open_work = settle(tx.streams, scope_path[-1], kind, deliveries, new_bindings)
     except AccountingError as error:
         _fail_accounting(tx, scope_path[-1], error)
         return
-    tx.touch_stream(scope_path[-1])
+    if open_work == 0:
+        # Only a stream at zero may close at the end of the tick: anything that changes
+        # the count later in the tick settles (or counts) again and is checked then.
+        tx.touch_stream(scope_path[-1])
 
 
 def count_open_work(tx: Tx, stream: str, count: int) -> None:

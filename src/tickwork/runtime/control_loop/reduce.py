@@ -34,6 +34,7 @@ from tickwork.runtime.control_loop._routing import (
     deliver_event,
     emit_event,
     emit_events,
+    emit_fanned_out,
     fail_stuck_stream,
     release_held_events,
     settle_in_stream,
@@ -395,7 +396,7 @@ def _fan_out(tx: Tx, invocation: Invocation, events: list[Any]) -> None:
     tx.streams = streams
     tx.releases = releases
     settle_in_stream(tx, item.scope_path, "fanned_out", new_bindings=len(bindings))
-    opened = emit_events(
+    opened = emit_fanned_out(
         tx, events, item.recovery_counts, (*item.scope_path, new_stream), invocation.step
     )
     if tx.live:

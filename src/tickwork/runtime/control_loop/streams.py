@@ -98,8 +98,9 @@ def settle(
     kind: Settlement,
     deliveries: int = 0,
     new_bindings: int = 0,
-) -> Streams:
-    """Classify one finished execution of a work item of ``stream_id``.
+) -> tuple[Streams, int]:
+    """Classify one finished execution of a work item of ``stream_id``; returns the
+    streams and the stream's open-work count after it.
 
     * ``completed``: its emitted events made ``deliveries`` deliveries: ``+deliveries-1``;
     * ``fanned_out``: it became one pending release per binding: ``+new_bindings-1``;
@@ -128,7 +129,7 @@ def settle(
             f"stream {stream_id} of step {stream.source_step!r} has a negative open-work "
             f"count ({count}) after a {kind} work item"
         )
-    return streams.set(
+    streams = streams.set(
         stream_id,
         StreamState(
             stream.stream_id,
@@ -138,6 +139,7 @@ def settle(
             stream.accepting_binding_ids,
         ),
     )
+    return streams, count
 
 
 def add_open_work(streams: Streams, stream_id: str, count: int) -> Streams:
@@ -160,18 +162,22 @@ def add_open_work(streams: Streams, stream_id: str, count: int) -> Streams:
 def nearest_binding(
     streams: Streams,
     scope_path: tuple[str, ...],
-    bindings_by_producer: Mapping[str, tuple[BindingSpec, ...]],
+    collectors: Mapping[tuple[str, str, type], BindingSpec | None],
     target: str,
     event_type: type,
 ) -> tuple[str, BindingSpec] | None:
-    """The innermost enclosing stream bound to ``target`` that collects ``event_type``."""
+    """The innermost enclosing stream bound to ``target`` that collects ``event_type``.
+
+    ``collectors`` is the config's ``(producer, target, event type) -> binding`` memo
+    (``RunConfig.collectors``): one lookup per enclosing stream, for every member.
+    """
     for stream_id in reversed(scope_path):
         stream = streams.get(stream_id)
         if stream is None:
             continue
-        for binding in bindings_by_producer.get(stream.source_step, ()):
-            if binding.target == target and binding.collects(event_type):
-                return stream_id, binding
+        binding = collectors[stream.source_step, target, event_type]
+        if binding is not None:
+            return stream_id, binding
     return None
 
 
@@ -206,7 +212,7 @@ def buffer_member(
 
     Arrivals after the binding fired are dropped.
     """
-    key = release_key(stream_id, binding.binding_id)
+    key = f"{stream_id}:{binding.binding_id}"  # release_key(), inlined: once per member
     state = releases.get(key)
     if state is None or state.released:
         return streams, releases, None

@@ -122,12 +122,36 @@ class _Routes(dict[type, tuple[str, ...]]):
         return routes
 
 
+class _Collectors(dict[tuple[str, str, type], "BindingSpec | None"]):
+    """``(producer, target, event type)`` -> the first of ``producer``'s bindings by which
+    ``target`` collects events of that type (``None``: none), each entry computed when
+    first asked for: a pure function of the bindings, memoized as ``_Routes`` is."""
+
+    def __init__(self, bindings_by_producer: Mapping[str, tuple[BindingSpec, ...]]) -> None:
+        super().__init__()
+        self._bindings = bindings_by_producer
+
+    def __missing__(self, key: tuple[str, str, type]) -> BindingSpec | None:
+        producer, target, event_type = key
+        found = self[key] = next(
+            (
+                binding
+                for binding in self._bindings.get(producer, ())
+                if binding.target == target and binding.collects(event_type)
+            ),
+            None,
+        )
+        return found
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """The immutable part of a run's state, computed once per workflow instance.
 
     ``routes`` maps an event type to the names of the steps that accept it, in
-    declaration order (``@catch_error`` handlers excluded); it is filled on first use.
+    declaration order (``@catch_error`` handlers excluded); ``collectors`` maps
+    ``(producer, target, event type)`` to the binding by which ``target`` collects such
+    members of ``producer``'s streams.  Both are filled on first use.
     """
 
     workflow_name: str
@@ -137,9 +161,13 @@ class RunConfig:
     bindings_by_producer: Mapping[str, tuple[BindingSpec, ...]] = field(default_factory=dict)
     bindings_by_id: Mapping[str, BindingSpec] = field(default_factory=dict)
     routes: Mapping[type, tuple[str, ...]] = field(init=False, compare=False, repr=False)
+    collectors: Mapping[tuple[str, str, type], BindingSpec | None] = field(
+        init=False, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "routes", _Routes(self.steps))
+        object.__setattr__(self, "collectors", _Collectors(self.bindings_by_producer))
 
     @property
     def step_order(self) -> tuple[str, ...]:
