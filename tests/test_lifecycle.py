@@ -113,6 +113,19 @@ async def eventually(predicate: Callable[[], bool], timeout: float = 1.0) -> boo
     return predicate()
 
 
+async def stubborn_wait(release: anyio.Event) -> None:
+    """Wait for ``release``, ignoring cancellation.
+
+    A shield stops trio's cancel; under asyncio a step is cancelled by a plain
+    ``Task.cancel()``, which a shield does not stop, so its ``CancelledError`` is
+    swallowed as well.
+    """
+    with anyio.CancelScope(shield=True):
+        while not release.is_set():
+            with contextlib.suppress(anyio.get_cancelled_exc_class()):
+                await release.wait()
+
+
 # --------------------------------------------------------------------------- workflows
 
 
@@ -280,7 +293,7 @@ class TimedRunFlow(Workflow):
     @step
     async def only(self, ev: StartEvent) -> StopEvent:
         t0 = time.monotonic()
-        await anyio.sleep(0.1)
+        await anyio.sleep(float(ev.get("hold", 0.1)))
         self.spans.append((t0, time.monotonic()))
         return StopEvent(result=ev.get("tag"))
 
@@ -401,9 +414,17 @@ class StepTimeoutRetryFlow(Workflow):
 
 
 class SyncStepTimeoutFlow(Workflow):
+    """A sync step that blocks its thread until the test releases it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.release = threading.Event()
+        self.finished = threading.Event()
+
     @step(timeout=0.1)
     def slow(self, ev: StartEvent) -> StopEvent:
-        time.sleep(0.4)
+        self.release.wait(30)
+        self.finished.set()
         return StopEvent(result="late")
 
 
@@ -426,7 +447,16 @@ class RetryFlow(Workflow):
 
 
 class DoubleStopFlow(Workflow):
-    """Two steps race to stop; a third writes to the stream after the stop."""
+    """Two invocations return a StopEvent, ``winner``'s first; a third step writes to the
+    stream while it is cancelled by the stop.  Events order them, not sleep lengths."""
+
+    def __init__(self, winner: int = 1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.winner = winner
+        self.winner_returning = anyio.Event()
+        self.writer_waiting = anyio.Event()
+        self.writer_unwound = False
+        self.loser_returned = False
 
     @step
     async def start(self, ctx: Context, ev: StartEvent) -> Middle | None:
@@ -436,44 +466,72 @@ class DoubleStopFlow(Workflow):
 
     @step(num_workers=2)
     async def stopper(self, ctx: Context, ev: Middle) -> StopEvent:
-        await anyio.sleep(0.02 * ev.value)
+        if ev.value == self.winner:
+            await self.writer_waiting.wait()
+            self.winner_returning.set()
+        else:
+            # Stubborn, so that the loser really returns its StopEvent after the winner.
+            await stubborn_wait(self.winner_returning)
+            self.loser_returned = True
         return StopEvent(result=ev.value)
 
     @step
     async def late_writer(self, ctx: Context, ev: StartEvent) -> None:
-        await anyio.sleep(0.01)
+        self.writer_waiting.set()
         try:
-            await anyio.sleep(0.2)
+            await anyio.sleep(30)
         finally:
             ctx.write_event_to_stream(Note(text="after stop"))
+            self.writer_unwound = True
 
 
 class StubbornFlow(Workflow):
-    """A step that ignores cancellation must not delay the result beyond 0.5 s."""
+    """A step that ignores cancellation (until the test releases it) must not delay the
+    result."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.shielded = anyio.Event()
+        self.release = anyio.Event()
+        self.finished = False
 
     @step
     async def start(self, ctx: Context, ev: StartEvent) -> Middle | StopEvent:
         ctx.send_event(Middle())
-        await anyio.sleep(0.05)
+        await self.shielded.wait()
         return StopEvent(result="fast")
 
     @step
     async def stubborn(self, ev: Middle) -> None:
-        with anyio.CancelScope(shield=True):
-            await anyio.sleep(1.0)
+        self.shielded.set()
+        await stubborn_wait(self.release)  # the test always releases it
+        self.finished = True
 
 
 class SyncLateWriterFlow(Workflow):
+    """A sync step writes to the stream only after the test saw the run's result."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.wrote = threading.Event()
+
     @step
     async def start(self, ctx: Context, ev: StartEvent) -> Middle | StopEvent:
         ctx.send_event(Middle())
-        await anyio.sleep(0.05)
+        while not self.entered.is_set():
+            await anyio.sleep(0.005)
         return StopEvent(result="done")
 
     @step
     def slow_sync(self, ctx: Context, ev: Middle) -> None:
-        time.sleep(0.2)
-        ctx.write_event_to_stream(Note(text="too late"))
+        self.entered.set()
+        self.release.wait(30)
+        try:
+            ctx.write_event_to_stream(Note(text="too late"))
+        finally:
+            self.wrote.set()
 
 
 # --------------------------------------------------------------------------- workflow timeout
@@ -511,14 +569,16 @@ async def test_timeout_with_no_active_step() -> None:
 
 
 async def test_tiny_timeout_times_out_at_once() -> None:
-    t0 = time.monotonic()
-    handler = SleepyFlow(timeout=1e-6).run(delay=1)
-    events = await drain(handler)
-    assert isinstance(events[-1], WorkflowTimedOutEvent)
-    assert events[-1].timeout == 1e-6
-    with pytest.raises(WorkflowTimeoutError):
-        await handler
-    assert time.monotonic() - t0 < 0.5
+    # The step would sleep 30 s: a timed-out outcome shows the budget ended the run first.
+    # fail_after only guards against a hang (the run takes milliseconds).
+    wf = SleepyFlow(timeout=1e-6)
+    with anyio.fail_after(10):
+        handler = wf.run(delay=30)
+        events = await drain(handler)
+        assert isinstance(events[-1], WorkflowTimedOutEvent)
+        assert events[-1].timeout == 1e-6
+        with pytest.raises(WorkflowTimeoutError):
+            await handler
 
 
 async def test_timeout_none_disables_budget() -> None:
@@ -581,6 +641,7 @@ async def test_step_failure_publishes_failed_event_and_raises_original_exception
     assert isinstance(last, WorkflowFailedEvent)
     assert last.step_name == "explode"
     assert last.attempts == 1
+    # The step slept 0.05 s; the upper bound is 40x that, a sanity bound, not a speed test.
     assert last.elapsed_seconds is not None and 0.04 <= last.elapsed_seconds < 2
     assert last.exception is wf.raised
     dumped = last.model_dump()
@@ -804,17 +865,22 @@ async def test_num_concurrent_runs_one_runs_sequentially() -> None:
 
 
 async def test_waiting_for_a_run_slot_does_not_spend_timeout_budget() -> None:
-    wf = TimedRunFlow(timeout=0.25, num_concurrent_runs=1)
-    handlers = [wf.run(tag=i) for i in range(4)]
-    assert [await h for h in handlers] == [0, 1, 2, 3]
+    # Each run needs 0.3 s of its 1 s budget (ample slack on a loaded machine); the last
+    # one waits 1.2 s or more for its slot, longer than the whole budget.
+    wf = TimedRunFlow(timeout=1.0, num_concurrent_runs=1)
+    t0 = time.monotonic()
+    handlers = [wf.run(tag=i, hold=0.3) for i in range(5)]
+    assert [await h for h in handlers] == [0, 1, 2, 3, 4]
+    assert max(start for start, _ in wf.spans) - t0 > 1.0  # the premise held
 
 
 async def test_concurrent_runs_without_limit_overlap() -> None:
     wf = TimedRunFlow(timeout=5)
-    t0 = time.monotonic()
     handlers = [wf.run(tag=i) for i in range(3)]
     assert [await h for h in handlers] == [0, 1, 2]
-    assert time.monotonic() - t0 < 0.25
+    # Every run started before any run ended: all three were inside their step at once.
+    assert len(wf.spans) == 3
+    assert max(start for start, _ in wf.spans) < min(end for _, end in wf.spans)
 
 
 # --------------------------------------------------------------------------- sync steps
@@ -913,14 +979,21 @@ async def test_step_timeout_is_retried_by_policy() -> None:
 
 
 async def test_sync_step_timeout_stops_waiting_at_once() -> None:
-    t0 = time.monotonic()
-    handler = SyncStepTimeoutFlow(timeout=5).run()
-    with pytest.raises(StepTimeoutError) as info:
-        await handler
-    assert time.monotonic() - t0 < 0.35
-    assert info.value.step_name == "slow"
+    wf = SyncStepTimeoutFlow(timeout=5)
+    handler = wf.run()
+    try:
+        # fail_after only guards against a hang (the step timeout is 0.1 s).
+        with anyio.fail_after(10), pytest.raises(StepTimeoutError) as info:
+            await handler
+        # The run failed while the step's thread was still blocked.
+        assert not wf.finished.is_set()
+        assert info.value.step_name == "slow"
+    finally:
+        wf.release.set()
     # Let the abandoned thread finish before the test ends.
-    await anyio.sleep(0.4)
+    with anyio.fail_after(10):
+        while not wf.finished.is_set():
+            await anyio.sleep(0.01)
 
 
 # --------------------------------------------------------------------------- retries
@@ -968,29 +1041,48 @@ async def test_retries_exhausted_fail_with_last_exception() -> None:
 
 
 async def test_first_stop_event_wins_and_nothing_is_published_after_it() -> None:
-    handler = DoubleStopFlow(timeout=5).run()
+    wf = DoubleStopFlow(timeout=5)
+    handler = wf.run()
     events = await drain(handler)
     assert await handler == 1
     assert terminal_count(events) == 1, events
     assert type(events[-1]) is StopEvent
+    # The loser did return its StopEvent, after the winner's.
+    assert await eventually(lambda: wf.loser_returned)
+    # The writer's note is written while the stop cancels it: it must not be published.
+    assert await eventually(lambda: wf.writer_unwound)
     assert not any(isinstance(e, Note) for e in events), events
 
 
 async def test_stubborn_invocation_does_not_delay_result() -> None:
-    t0 = time.monotonic()
-    handler = StubbornFlow(timeout=5).run()
-    assert await handler == "fast"
-    assert time.monotonic() - t0 < 0.75
-    events = await drain(handler)
-    assert terminal_count(events) == 1
-    await anyio.sleep(1.0)  # let the stubborn invocation unwind before the loop closes
+    wf = StubbornFlow(timeout=5)
+    handler = wf.run()
+    try:
+        # fail_after only guards against a hang (the result takes milliseconds).
+        with anyio.fail_after(10):
+            assert await handler == "fast"
+        # The result arrived while the stubborn step was still inside its shield.
+        assert not wf.finished
+        events = await drain(handler)
+        assert terminal_count(events) == 1
+    finally:
+        wf.release.set()
+    # Let the stubborn invocation unwind before the loop closes.
+    assert await eventually(lambda: wf.finished, timeout=10)
 
 
 async def test_sync_step_write_after_stop_is_discarded(caplog: pytest.LogCaptureFixture) -> None:
-    handler = SyncLateWriterFlow(timeout=5).run()
+    wf = SyncLateWriterFlow(timeout=5)
+    handler = wf.run()
     with caplog.at_level(logging.WARNING, logger="tickwork"):
-        assert await handler == "done"
-        await anyio.sleep(0.3)  # let the abandoned thread try to write
+        try:
+            with anyio.fail_after(10):  # guards against a hang only
+                assert await handler == "done"
+        finally:
+            wf.release.set()  # now let the abandoned thread try to write
+        with anyio.fail_after(10):
+            while not wf.wrote.is_set():
+                await anyio.sleep(0.005)
     assert any(
         r.name.startswith("tickwork") and r.levelno == logging.WARNING for r in caplog.records
     ), "an abandoned sync step's late write must be ignored with a logged warning"
@@ -1094,8 +1186,12 @@ async def test_snapshot_is_running_after_each_outcome(outcome: str) -> None:
     elif outcome == "timeout":
         handler = SleepyFlow(timeout=0.1).run(two=True)
     else:
-        handler = SleepyFlow(timeout=5).run(two=True)
-        await anyio.sleep(0.05)
+        wf = SleepyFlow(timeout=5)
+        handler = wf.run(two=True)
+        # Cancel once both steps are in progress (the snapshot must record both).
+        with anyio.fail_after(10):  # guards against a hang only
+            while sorted(wf.entered) != ["beta", "start"]:
+                await anyio.sleep(0.005)
         await handler.cancel_run()
     with contextlib.suppress(Exception):  # every outcome is inspected below
         await handler
@@ -1292,26 +1388,37 @@ async def test_returned_event_nobody_accepts_is_unhandled_and_idle() -> None:
 
 
 async def test_cancel_run_respects_its_timeout_with_stubborn_step() -> None:
+    shielded, release = anyio.Event(), anyio.Event()
+    finished: list[bool] = []
+
     class Stubborn(Workflow):
         @step
         async def only(self, ev: StartEvent) -> StopEvent:
-            with anyio.CancelScope(shield=True):
-                await anyio.sleep(0.8)
+            shielded.set()
+            await stubborn_wait(release)  # the test always releases it
+            finished.append(True)
             return StopEvent()
 
     handler = Stubborn(timeout=5).run()
-    await anyio.sleep(0.02)
-    t0 = time.monotonic()
-    await handler.cancel_run(timeout=0.1)
-    assert time.monotonic() - t0 < 0.7
-    await anyio.sleep(0.9)  # let the shielded sleep finish before the loop closes
+    try:
+        with anyio.fail_after(10):  # guards against a hang only
+            await shielded.wait()
+            await handler.cancel_run(timeout=0.1)
+        # cancel_run gave up waiting while the step was still inside its shield.
+        assert not finished
+    finally:
+        release.set()
+    # Let the shielded wait finish before the loop closes.
+    assert await eventually(lambda: bool(finished), timeout=10)
     assert repr(WorkflowCancelledEvent()) == "WorkflowCancelledEvent()"
 
 
 async def test_awaiting_task_cancel_outcome_per_backend(anyio_backend: str) -> None:
     wf = SleepyFlow(timeout=5)
     handler = wf.run(delay=5)
-    await anyio.sleep(0.02)
+    with anyio.fail_after(10):  # guards against a hang only
+        while wf.entered != ["start"]:
+            await anyio.sleep(0.005)
     with anyio.move_on_after(0.02):
         await handler
     expected = WorkflowCancelledByUser
@@ -1330,9 +1437,11 @@ class CancelTypeFlow(Workflow):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.seen: list[str] = []
+        self.entered = anyio.Event()
 
     @step
     async def only(self, ev: StartEvent) -> StopEvent:
+        self.entered.set()
         try:
             await anyio.sleep(5)
         except BaseException as exc:
@@ -1346,7 +1455,8 @@ async def test_steps_see_native_cancellation(anyio_backend: str, how: str) -> No
     wf = CancelTypeFlow(timeout=0.1 if how == "timeout" else 5)
     handler = wf.run()
     if how == "cancel_run":
-        await anyio.sleep(0.02)
+        with anyio.fail_after(10):  # guards against a hang only
+            await wf.entered.wait()
         await handler.cancel_run()
     with pytest.raises((WorkflowTimeoutError, WorkflowCancelledByUser)):
         await handler
@@ -1376,17 +1486,24 @@ class DetachedParentFlow(Workflow):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.child_handler: Any = None
+        self.child = SlowChildFlow(timeout=5)
 
     @step
     async def only(self, ev: StartEvent) -> StopEvent:
-        self.child_handler = SlowChildFlow(timeout=5).run()
+        self.child_handler = self.child.run()
         return StopEvent(result="parent done")
 
 
 class SlowChildFlow(Workflow):
+    """Finishes only when the test releases it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.release = anyio.Event()
+
     @step
     async def only(self, ev: StartEvent) -> StopEvent:
-        await anyio.sleep(0.1)
+        await self.release.wait()
         return StopEvent(result="child done")
 
 
@@ -1395,7 +1512,8 @@ async def test_child_started_but_not_awaited_keeps_running() -> None:
     assert await wf.run() == "parent done"
     child = wf.child_handler
     assert not child.is_done()
-    with anyio.fail_after(2):
+    wf.child.release.set()
+    with anyio.fail_after(10):  # guards against a hang only
         assert await child == "child done"
 
 
@@ -1444,6 +1562,14 @@ async def test_retry_info_elapsed_counts_from_first_dispatch() -> None:
 
 
 class SyncBlockerFlow(Workflow):
+    """A sync step blocks its thread until the test releases it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.finished = threading.Event()
+
     @step
     async def start(self, ctx: Context, ev: StartEvent) -> Middle | None:
         ctx.send_event(Middle())
@@ -1451,19 +1577,28 @@ class SyncBlockerFlow(Workflow):
 
     @step
     def blocker(self, ev: Middle) -> StopEvent:
-        time.sleep(0.4)
+        self.entered.set()
+        self.release.wait(30)
+        self.finished.set()
         return StopEvent(result="late")
 
 
 @pytest.mark.parametrize("how", ["timeout", "cancel_run"])
 async def test_run_ends_promptly_while_sync_step_blocks(how: str) -> None:
-    t0 = time.monotonic()
-    handler = SyncBlockerFlow(timeout=0.1 if how == "timeout" else 5).run()
-    if how == "cancel_run":
-        await anyio.sleep(0.05)
-        await handler.cancel_run()
-    events = await drain(handler)
-    assert time.monotonic() - t0 < 0.3
+    # 0.5 s leaves the blocker ample time to be dispatched before the budget runs out.
+    wf = SyncBlockerFlow(timeout=0.5 if how == "timeout" else 5)
+    handler = wf.run()
+    try:
+        with anyio.fail_after(10):  # guards against a hang only
+            if how == "cancel_run":
+                while not wf.entered.is_set():
+                    await anyio.sleep(0.005)
+                await handler.cancel_run()
+            events = await drain(handler)
+        # The run ended while the step's thread was still blocked.
+        assert not wf.finished.is_set()
+    finally:
+        wf.release.set()
     if how == "timeout":
         assert isinstance(events[-1], WorkflowTimedOutEvent)
         assert events[-1].active_steps == ["blocker"]
@@ -1473,7 +1608,9 @@ async def test_run_ends_promptly_while_sync_step_blocks(how: str) -> None:
         assert isinstance(events[-1], WorkflowCancelledEvent)
         with pytest.raises(WorkflowCancelledByUser):
             await handler
-    await anyio.sleep(0.4)  # let the abandoned thread finish
+    with anyio.fail_after(10):  # let the abandoned thread finish
+        while not wf.finished.is_set():
+            await anyio.sleep(0.005)
 
 
 class WaiterIdleFlow(Workflow):

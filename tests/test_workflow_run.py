@@ -664,12 +664,23 @@ async def test_context_reuse_after_run_carries_store_over() -> None:
 
 
 async def test_distinct_runs_of_one_instance_run_concurrently() -> None:
-    wf = SlowFlow(timeout=5)
-    start = anyio.current_time()
-    handlers = [wf.run(delay=0.2, tag=i) for i in range(3)]
+    spans: list[tuple[float, float]] = []
+
+    class SpanFlow(Workflow):
+        @step
+        async def only(self, ev: StartEvent) -> StopEvent:
+            started = anyio.current_time()
+            await anyio.sleep(0.2)
+            spans.append((started, anyio.current_time()))
+            return StopEvent(result=ev.get("tag"))
+
+    wf = SpanFlow(timeout=5)
+    handlers = [wf.run(tag=i) for i in range(3)]
     results = [await h for h in handlers]
     assert results == [0, 1, 2]
-    assert anyio.current_time() - start < 0.5
+    # Every run started before any run ended: all three were inside their step at once.
+    assert len(spans) == 3
+    assert max(start for start, _ in spans) < min(end for _, end in spans)
     assert len({h.run_id for h in handlers}) == 3
 
 
