@@ -96,7 +96,19 @@ class GroupCommit:
         pending = PendingCall(body, run_id, action, write)
         self._queue.append(pending)
         if self._busy:
-            await self._wait_for_turn(pending)
+            # Wait until the call settled, or until its caller must take the next
+            # batch.  (Inline, not a helper coroutine: nearly every call of a busy
+            # store waits here, and each wake-up would resume one more frame.)
+            wake = pending.wake = anyio.Event()
+            try:
+                await wake.wait()
+            except BaseException:
+                if pending.taken:  # in flight: learn how it ended first
+                    with anyio.CancelScope(shield=True):
+                        await wake.wait()
+                else:
+                    self._withdraw(pending)
+                raise
         else:
             self._busy = True
         if not pending.settled:  # this caller takes the batch its call is in
@@ -105,19 +117,6 @@ class GroupCommit:
         if pending.error is not None:
             raise pending.error
         return pending.result
-
-    async def _wait_for_turn(self, pending: PendingCall) -> None:
-        """Wait until ``pending`` settled, or until its caller must take the next batch."""
-        wake = pending.wake = anyio.Event()
-        try:
-            await wake.wait()
-        except BaseException:
-            if pending.taken:  # in flight: learn how it ended first
-                with anyio.CancelScope(shield=True):
-                    await wake.wait()
-            else:
-                self._withdraw(pending)
-            raise
 
     def _withdraw(self, pending: PendingCall) -> None:
         """Take a queued call out (its caller was cancelled); if its caller was to take
