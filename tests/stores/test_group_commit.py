@@ -173,3 +173,32 @@ async def test_a_waiting_caller_cancelled_while_its_batch_runs_learns_its_outcom
         second.set()
     assert scope.cancelled_caught
     assert seen == ["settled"]
+
+
+async def test_callers_cancelled_before_their_turn_leave_the_others_their_batch() -> None:
+    # The first queued caller waits for the hand-over, the others share one event for
+    # the end of their batch: with the first one gone, one of the others takes it.
+    store = _Store()
+    scopes = {name: anyio.CancelScope() for name in "ac"}
+    results: dict[str, Any] = {}
+
+    async def call(name: str) -> None:
+        with scopes.get(name, anyio.CancelScope()):
+            results[name] = await store.queue.call(name, action="x")
+
+    gate = store.hold()
+    async with anyio.create_task_group() as group:
+        group.start_soon(call, "first")
+        await _until(lambda: store.batches)
+        for name in "abcd":
+            group.start_soon(call, name)
+            await _until(lambda n=name: n in [p.body for p in store.queue._queue])
+        scopes["a"].cancel()
+        scopes["c"].cancel()
+        await _until(lambda: [p.body for p in store.queue._queue] == ["b", "d"])
+        store.gate = None
+        gate.set()
+    assert all(scope.cancelled_caught for scope in scopes.values())
+    assert results == {"first": "first", "b": "b", "d": "d"}
+    assert store.batches == [["first"], ["b", "d"]]
+    assert not store.queue._busy

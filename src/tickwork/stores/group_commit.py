@@ -83,6 +83,11 @@ class GroupCommit:
         # A batch is in flight, or the caller who takes the next one has been woken
         # and has not taken the queue yet.
         self._busy = False
+        # The queue may go: the batch before it is over, and none of its callers has
+        # taken it yet.
+        self._turn = False
+        # The event shared by the callers of the queue other than the first one.
+        self._followers: anyio.Event | None = None
         self.batches = 0
         """How many batches went to the store (each with at most one transaction of
         writes): tests and benchmarks read it."""
@@ -96,7 +101,21 @@ class GroupCommit:
         pending = PendingCall(body, run_id, action, write)
         self._queue.append(pending)
         if self._busy:
-            await self._wait_for_turn(pending)
+            # Wait until the call settled, or until the queue it is in may go (then
+            # this caller takes the batch: the first woken caller of the queue does).
+            # Inline, not a helper coroutine: nearly every call of a busy store waits
+            # here, and each wake-up would resume one more frame.
+            while not pending.settled and (pending.taken or not self._turn):
+                wake = pending.wake = self._wake_for(pending)
+                try:
+                    await wake.wait()
+                except BaseException:
+                    if pending.taken:  # in flight: learn how it ended first
+                        with anyio.CancelScope(shield=True):
+                            await wake.wait()
+                    else:
+                        self._withdraw(pending)
+                    raise
         else:
             self._busy = True
         if not pending.settled:  # this caller takes the batch its call is in
@@ -106,39 +125,42 @@ class GroupCommit:
             raise pending.error
         return pending.result
 
-    async def _wait_for_turn(self, pending: PendingCall) -> None:
-        """Wait until ``pending`` settled, or until its caller must take the next batch."""
-        wake = pending.wake = anyio.Event()
-        try:
-            await wake.wait()
-        except BaseException:
-            if pending.taken:  # in flight: learn how it ended first
-                with anyio.CancelScope(shield=True):
-                    await wake.wait()
-            else:
-                self._withdraw(pending)
-            raise
+    def _wake_for(self, pending: PendingCall) -> anyio.Event:
+        """The event ``pending``'s caller waits on: its own if its call is the first in
+        the queue (the hand-over wakes that caller alone), else the one the queue's
+        other callers share (one event per batch, not per call: they all wake only
+        when their batch settled)."""
+        if self._queue and self._queue[0] is pending:
+            return anyio.Event()
+        followers = self._followers
+        if followers is None or followers.is_set():
+            followers = self._followers = anyio.Event()
+        return followers
 
     def _withdraw(self, pending: PendingCall) -> None:
-        """Take a queued call out (its caller was cancelled); if its caller was to take
-        the next batch, the next caller in the queue takes it instead."""
+        """Take a queued call out (its caller was cancelled); if the queue's turn has
+        come, a caller still in it takes the batch instead."""
         self._queue.remove(pending)
-        assert pending.wake is not None
-        if pending.wake.is_set():
+        if self._turn:
             self._hand_over()
 
     def _hand_over(self) -> None:
-        """The batch in flight is over: wake the caller who takes the next one."""
+        """The batch in flight is over: wake the caller of the first queued call (a
+        caller woken whose call is still queued takes the next batch)."""
         if self._queue:
-            # Every queued call arrived while a batch was in flight: its caller waits.
+            # Every queued call arrived while a batch was in flight: its caller waits
+            # (or is about to look at ``_turn`` again).
+            self._turn = True
             following = self._queue[0].wake
             assert following is not None
             following.set()
         else:
-            self._busy = False
+            self._busy = self._turn = False
 
     async def _take_batch(self) -> None:
         batch, self._queue = self._queue, []
+        self._turn = False
+        self._followers = None  # the callers queued from now on share a new event
         for pending in batch:
             pending.taken = True
         self.batches += 1
@@ -155,8 +177,9 @@ class GroupCommit:
         finally:
             for pending in batch:
                 pending.settled = True
-                if pending.wake is not None:
-                    pending.wake.set()
+                wake = pending.wake
+                if wake is not None and not wake.is_set():  # a shared one: set once
+                    wake.set()
             self._hand_over()
 
 

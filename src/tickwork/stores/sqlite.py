@@ -32,7 +32,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -171,26 +171,27 @@ class SqliteJournal:
         with self._lock:
             self._connect()
 
-    async def _call(
+    def _call(
         self,
         fn: Callable[[sqlite3.Connection], T],
         *,
         run_id: str | None = None,
         action: str = "a journal call",
-    ) -> T:
+    ) -> Coroutine[Any, Any, T]:
         """Run ``fn(connection)`` on the worker thread, in the next batch of the call
         queue; an ``sqlite3`` error becomes a ``JournalError`` naming the path,
-        ``run_id`` (if given) and ``action``."""
-        result: T = await self._queue.call(fn, run_id=run_id, action=action)
-        return result
+        ``run_id`` (if given) and ``action``.
 
-    async def _write(
+        Returns the queue's own coroutine (await it) rather than wrapping it in one
+        more: every journal call, and every wake-up of one, goes through here."""
+        return self._queue.call(fn, run_id=run_id, action=action)
+
+    def _write(
         self, body: Callable[[sqlite3.Connection], T], *, run_id: str, action: str
-    ) -> T:
+    ) -> Coroutine[Any, Any, T]:
         """Commit ``body(connection)``, a write made inside a transaction, in the next
-        batch's transaction (group commit); its result, or raise its error."""
-        result: T = await self._queue.call(body, run_id=run_id, action=action, write=True)
-        return result
+        batch's transaction (group commit); await it for its result, or its error."""
+        return self._queue.call(body, run_id=run_id, action=action, write=True)
 
     async def _run_batch(self, batch: list[PendingCall]) -> None:
         """Run a batch of the call queue on a worker thread (see ``writes.run_batch``)."""
