@@ -229,6 +229,11 @@ async def test_a_send_to_a_parked_run_resumes_it_on_any_worker(
         for index, handler in enumerate(handlers):
             assert await handler.send_event(Answer(value=f"yes{index}"), idempotency_key="a")
         results = [await handler for handler in handlers]
+        # One worker may have done everything while the other was still starting (a
+        # loaded machine): a SIGTERM before it serves would find no handler.
+        await wait_until(
+            lambda: all(" serving " in w.stderr() for w in workers), 30, "serving", children
+        )
         for worker in workers:
             worker.signal(signal.SIGTERM)
         await wait_until(

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import anyio
+from anyio.abc import TaskStatus
 
 from tickwork._cli.console import CliError
 from tickwork._cli.journal_view import open_runs_store
@@ -139,13 +140,14 @@ def run_worker(args: argparse.Namespace, console: Any) -> int:
     worker = Worker(workflows, store, options)
 
     async def main() -> None:
-        print(
-            f"[worker] {worker.worker_id} serving {', '.join(sorted(worker.workflows))}",
-            file=sys.stderr,
-            flush=True,
-        )
         async with anyio.create_task_group() as group:
-            group.start_soon(_stop_on_signal, worker)
+            # Serving is announced once a SIGTERM would hand the runs back.
+            await group.start(_stop_on_signal, worker)
+            print(
+                f"[worker] {worker.worker_id} serving {', '.join(sorted(worker.workflows))}",
+                file=sys.stderr,
+                flush=True,
+            )
             await worker.run()
             group.cancel_scope.cancel()
         print(
@@ -159,8 +161,11 @@ def run_worker(args: argparse.Namespace, console: Any) -> int:
     return 0
 
 
-async def _stop_on_signal(worker: Worker) -> None:
+async def _stop_on_signal(
+    worker: Worker, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
         async for _signum in signals:
             print("[worker] stopping: handing the runs back", file=sys.stderr, flush=True)
             worker.stop()
