@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -53,7 +53,6 @@ from tickwork.runtime.event_stream import EventStream
 from tickwork.runtime.run_slots import RunSlots
 from tickwork.runtime.step_worker import StepInvoker, execute_invocation
 from tickwork.runtime.tracing import StepSpan, end_run_span, start_run_span, step_span
-from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.state import Invocation, RunConfig, RunState, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
 
@@ -594,16 +593,10 @@ class RunSession:
         for tick in early or ():
             post(tick)
 
-    def run_step(
-        self,
-        invocation: Invocation,
-        post: Callable[[Tick], None],
-        report: Callable[[Invocation, StepOutcome], None],
-        started: Callable[[str], None],
-    ) -> Coroutine[Any, Any, None]:
-        """The coroutine executing one invocation (see ``tickwork.runtime.step_worker``),
-        returned as is: a worker task is one coroutine over the step body."""
-        return execute_invocation(self, invocation, post, report, started)
+    # The coroutine executing one invocation (see ``tickwork.runtime.step_worker``), as
+    # the loop's ``run_step``: a plain function of the session, so that the loop calls
+    # it with no frame of ours in between (a worker task is one coroutine over the body).
+    run_step = staticmethod(execute_invocation)
 
     def processed(self, tick: Tick, state: RunState, commands: list[Any]) -> None:
         """Remember the latest state; keep the journal when asked to."""

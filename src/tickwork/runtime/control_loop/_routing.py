@@ -145,8 +145,11 @@ def _route_to_step(
         return 0
     if spec.kind == "join":
         return _arrive_at_join(tx, step, event, recovery_counts, scope_path)
-    # Positional: this is the hottest construction of the reducer.
-    item = WorkItem(tx.mint_work_item(), step, event, None, scope_path, recovery_counts)
+    # Positional: this is the hottest construction of the reducer.  The id is minted
+    # here: ``tx.mint_work_item()`` without its frame (a hop routes one event).
+    seq = tx.work_item_seq
+    tx.work_item_seq = seq + 1
+    item = WorkItem(f"wi-{seq}", step, event, None, scope_path, recovery_counts)
     dispatch_or_queue(tx, step, item)
     return 1
 

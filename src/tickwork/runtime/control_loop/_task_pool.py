@@ -59,7 +59,9 @@ class AsyncioPool(TaskPool):
 
         self._loop = asyncio.get_running_loop()
         self._task: Any = asyncio.Task
-        self._tasks: dict[str, Any] = {}
+        self.tasks: dict[str, Any] = {}
+        """Worker key -> its task, until it reports (the loop pops it then) or is
+        cancelled."""
         self._waiter: Any = None
 
     def spawn(self, key: str, worker: Coroutine[Any, Any, None], context: Context) -> None:
@@ -73,25 +75,25 @@ class AsyncioPool(TaskPool):
             task = self._task(worker, loop=loop, context=context.copy())
         else:
             task = loop.create_task(worker, context=context.copy())  # type: ignore[call-arg]
-        self._tasks[key] = task
+        self.tasks[key] = task
 
     def done(self, key: str) -> None:
-        self._tasks.pop(key, None)
+        self.tasks.pop(key, None)
 
     def cancel(self, key: str) -> None:
-        task = self._tasks.pop(key, None)
+        task = self.tasks.pop(key, None)
         if task is not None:
             task.cancel()
 
     def cancel_all(self) -> None:
-        for task in list(self._tasks.values()):
+        for task in list(self.tasks.values()):
             task.cancel()
-        self._tasks.clear()
+        self.tasks.clear()
 
     def idle(self) -> bool:
         # A cancelled task is forgotten at once: it unwinds on its own and reports
         # nothing, so it does not keep a run from parking.
-        return not self._tasks
+        return not self.tasks
 
     def wake(self) -> None:
         waiter = self._waiter

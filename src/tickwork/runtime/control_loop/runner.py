@@ -82,6 +82,9 @@ _log = logging.getLogger("tickwork.runtime")
 PostTick = Callable[[Tick], None]
 ReportOutcome = Callable[[Invocation, StepOutcome], None]
 MarkStarted = Callable[[str], None]
+RunStep = Callable[
+    [Any, Invocation, PostTick, ReportOutcome, MarkStarted], Coroutine[Any, Any, None]
+]
 
 
 class RunExit:
@@ -129,18 +132,16 @@ class LoopAdapter(Protocol):
     def bind(self, post: PostTick) -> None:
         """Receive the function that feeds external ticks (sends, cancel) into the run."""
 
-    def run_step(
-        self,
-        invocation: Invocation,
-        post: PostTick,
-        report: ReportOutcome,
-        started: MarkStarted,
-    ) -> Coroutine[Any, Any, None]:
-        """A coroutine executing one invocation, ending with ``report(invocation, outcome)``.
+    @property
+    def run_step(self) -> RunStep:
+        """``run_step(adapter, invocation, post, report, started)``: a coroutine executing
+        one invocation, ending with ``report(invocation, outcome)``.
 
-        It calls ``started(invocation.invocation_id)`` first thing, before the step body.
-        Only cancellation may raise: a failing step, or a failure of the adapter itself,
-        is reported as a ``Failed`` outcome.  A cancelled invocation reports nothing.
+        A plain function of the adapter (read from it once per run), not a method: the loop
+        calls it per invocation without a bound method's frame.  It calls
+        ``started(invocation.invocation_id)`` first thing, before the step body.  Only
+        cancellation may raise: a failing step, or a failure of the adapter itself, is
+        reported as a ``Failed`` outcome.  A cancelled invocation reports nothing.
         """
         ...
 
@@ -297,6 +298,10 @@ class _Loop:
             AsyncioPool() if running_asyncio() else TrioPool(wake_when_idle=self.drains_inline)
         )
         self.publish = adapter.publish
+        self.run_step = adapter.run_step
+        # The asyncio pool's task map, which a reporting worker leaves (``pool.done``
+        # inlined: a call per step); ``None`` under trio, whose workers leave on exit.
+        self.worker_tasks = self.pool.tasks if isinstance(self.pool, AsyncioPool) else None
         self.spawn_context = adapter.spawn_context
         self.heartbeat_every = adapter.heartbeat_every
         self.last_commit = time.time()
@@ -459,7 +464,12 @@ class _Loop:
         self.adapter.processed(tick, self.state, commands)
         handlers = _HANDLERS
         for command in commands:
-            handlers[type(command)](self, command)
+            if type(command) is PublishStepState:
+                # ``_publish_step_state`` without its frame: every step publishes one.
+                publish = self.publish
+                publish(command)
+            else:
+                handlers[type(command)](self, command)
 
     async def _drain_durably(self) -> None:
         """Reduce every pending tick, commit them in one transaction, then act.
@@ -576,11 +586,13 @@ class _Loop:
         self.unstarted.add(key)
         hooks = self.worker_hooks
         assert hooks is not None  # commands run only while ``run`` drives the loop
-        self.pool.spawn(key, self.adapter.run_step(invocation, *hooks), self.spawn_context)
+        self.pool.spawn(key, self.run_step(self.adapter, invocation, *hooks), self.spawn_context)
 
     def _report(self, invocation: Invocation, outcome: StepOutcome) -> None:
         """A worker's outcome (a cancelled worker reports none): post it as a tick."""
-        self.pool.done(invocation.invocation_id)
+        tasks = self.worker_tasks
+        if tasks is not None:
+            tasks.pop(invocation.invocation_id, None)  # what AsyncioPool.done does
         self.post(StepResult(time.time(), invocation.step, invocation.invocation_id, outcome))
 
     def write(self, event: Any, invocation_id: str | None) -> None:
