@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 
 import anyio
 import pytest
@@ -111,3 +112,67 @@ async def test_a_waiting_reader_ends_when_another_takes_the_terminal_event() -> 
             await ended.wait()
     assert isinstance(terminal, StopEvent) and waited == []
     assert stream.consumed and not stream.drained  # consumed, though not closed yet
+
+
+async def _read(stream: EventStream, count: int) -> list[int]:
+    """Read ``count`` events from ``stream`` (each ``Ping``'s ``n``)."""
+    reader = stream.iterate(expose_internal=False)
+    with anyio.fail_after(2):
+        return [(await reader.__anext__()).n for _ in range(count)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("unread", [0, 1, 3, 8, 9, 40])
+async def test_a_shrunk_stream_keeps_every_unread_event_in_order(unread: int) -> None:
+    """A parked run's stream lets its buffer go (``shrink``); nothing unread is lost
+    or repeated, whether it is read from the kept tuple or after new pushes."""
+    stream = EventStream()
+    for n in range(unread + 2):
+        stream.push(Ping(n=n))
+    assert await _read(stream, 2) == [0, 1]
+    stream.shrink()
+    assert await _read(stream, unread // 2) == list(range(2, 2 + unread // 2))
+    stream.push(Ping(n=100))
+    stream.shrink()
+    stream.push(Ping(n=101))
+    rest = [*range(2 + unread // 2, 2 + unread), 100, 101]
+    assert await _read(stream, len(rest)) == rest
+    stream.close()
+    assert stream.drained
+
+
+@pytest.mark.anyio
+async def test_a_reader_waiting_when_the_stream_shrinks_gets_what_was_pushed_before() -> None:
+    """An item pushed while a reader waits, then kept by a ``shrink`` before that reader
+    runs again, still reaches it (and later pushes too)."""
+    stream = EventStream()
+    got: list[int] = []
+
+    async def reader() -> None:
+        async for ev in stream.iterate(expose_internal=False):
+            got.append(ev.n)
+            if len(got) == 2:
+                return
+
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            await anyio.wait_all_tasks_blocked()  # it waits for the first item
+            stream.push(Ping(n=1))
+            stream.shrink()  # before the reader was scheduled again
+            assert not stream.drained
+            await anyio.wait_all_tasks_blocked()
+            stream.shrink()  # nothing unread now
+            stream.push(Ping(n=2))
+    assert got == [1, 2]
+
+
+def test_a_shrunk_stream_holds_no_deque() -> None:
+    """What shrinking is for: a parked run's stream keeps a small tuple, not a deque
+    with its block of 64 slots."""
+    stream = EventStream()
+    stream.push(Ping(n=1))
+    stream.shrink()
+    held = [obj for obj in gc.get_referents(stream.__dict__) if type(obj).__name__ == "deque"]
+    assert held == []
+    assert sys.getsizeof(stream._kept) < 100

@@ -207,13 +207,31 @@ def _push_handle_of(cls: type) -> Any:
     return handle
 
 
+class _NoItems(deque[Any]):
+    """The type of ``_NO_ITEMS``: an empty buffer that refuses items (``push`` makes a
+    real one first), so that a mistake cannot make it a buffer shared by streams."""
+
+    def append(self, item: Any) -> None:
+        raise AssertionError("the shared empty buffer got an item")
+
+
+_NO_ITEMS: deque[Any] = _NoItems()
+
+_KEEP_AT_MOST = 8
+"""The most unread items ``EventStream.shrink`` moves into a tuple."""
+
+
 class EventStream:
     """A FIFO buffer of the unread items, shared by every reader."""
 
     def __init__(self) -> None:
         # Unread items only: reading pops them, so a consumed event is released at once
-        # and the buffer holds nothing per event read (no placeholder, no cursor).
-        self._items: deque[Any] = deque()
+        # and the buffer holds nothing per event read (no placeholder, no cursor).  An
+        # empty deque still holds a block of 64 slots (about 600 bytes), so a stream
+        # of a parked run lets it go (``shrink``): ``_NO_ITEMS`` until the next push,
+        # the few unread items (the idle event, typically) kept in ``_kept``.
+        self._items: deque[Any] = _NO_ITEMS
+        self._kept: tuple[Any, ...] = ()
         self._closed = False
         self._changed: anyio.Event | None = None
         self.consumed = False
@@ -230,9 +248,31 @@ class EventStream:
                 self.terminal_event = item
             else:  # a step state change
                 item = handle(item)
-        self._items.append(item)
+        items = self._items
+        if items is _NO_ITEMS:
+            items = self._restore()
+        items.append(item)
         if self._changed is not None:  # someone waits: _wake() (inlined, pushes are hot)
             self._wake()
+
+    def shrink(self) -> None:
+        """Keep the few unread items in a tuple and let the buffer go (a run parks: it
+        publishes nothing until it is back, and its stream is mostly read).
+
+        Reads take from the tuple (``next_item``); the next push makes a buffer again.
+        A long backlog keeps its buffer: it is much larger than the buffer's block.
+        """
+        items = self._items
+        if items is not _NO_ITEMS and len(items) <= _KEEP_AT_MOST:
+            self._kept = tuple(items)
+            items.clear()  # a reader suspended in ``iterate`` may still hold it
+            self._items = _NO_ITEMS
+
+    def _restore(self) -> deque[Any]:
+        """A buffer again, for a push to a shrunk stream."""
+        items = self._items = deque(self._kept)
+        self._kept = ()
+        return items
 
     def close(self) -> None:
         """No more items will come (the terminal event was pushed, or the run aborted)."""
@@ -247,7 +287,7 @@ class EventStream:
     @property
     def drained(self) -> bool:
         """Closed and every item was handed out."""
-        return self._closed and not self._items
+        return self._closed and not self._items and not self._kept
 
     async def next_item(self) -> tuple[bool, Any]:
         """The next unread item, waiting for one; ``(False, None)`` at the end.
@@ -257,6 +297,10 @@ class EventStream:
         task to finish (nothing is published after the terminal event).
         """
         while not self._items:
+            kept = self._kept
+            if kept:  # shrunk (maybe while this reader waited): read from the tuple
+                self._kept = kept[1:]
+                return True, kept[0]
             if self._closed or self.consumed:
                 return False, None
             if self._changed is None:
@@ -285,6 +329,9 @@ class EventStream:
                 ok, item = await self.next_item()
                 if not ok:
                     return
+                # The buffer may have been let go (``shrink``) and made anew since.
+                items = self._items
+                take = items.popleft
             try:
                 flags = _FLAGS[type(item)]
             except KeyError:

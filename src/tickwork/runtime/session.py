@@ -680,6 +680,7 @@ class RunSession:
             return False
         self._post = _parked
         self._cancel_scope = None
+        self.stream.shrink()
         self._timers = timers
         lot = self._home = current_lot(_abort_parked_runs)
         self._timer_entry = lot.arrive(self, timers[0][0] if timers else None)
