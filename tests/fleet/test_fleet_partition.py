@@ -156,6 +156,11 @@ def _owners(dsn: str, schema: str) -> dict[str, tuple[str, str | None, int]]:
     return {run_id: (status, owner, epoch) for run_id, status, owner, epoch in rows}
 
 
+def _last_seqs(dsn: str, schema: str) -> dict[str, int]:
+    rows = query(dsn, "SELECT run_id, last_seq FROM {s}.runs", schema=schema)
+    return {run_id: last_seq for run_id, last_seq in rows}
+
+
 def test_a_partitioned_worker_fences_itself_and_another_takes_its_runs_over(
     pg_schema: PgSchema, tmp_path: Path
 ) -> None:
@@ -200,7 +205,14 @@ def test_a_partitioned_worker_fences_itself_and_another_takes_its_runs_over(
                             "worker P claims every run",
                             60,
                         )
-                        await anyio.sleep(0.3)  # P's step bodies are under way
+                        # P has written to every run (so the journals show the
+                        # takeover), and its step bodies are under way.
+                        await _wait_for(
+                            lambda: min(_last_seqs(dsn, schema).values()) >= 0,
+                            "worker P writes to every run",
+                            60,
+                        )
+                        await anyio.sleep(0.3)
                         marks["hole"] = time.time()
                         proxy.black_hole()
                         # D starts now (not before: P's runs must still be running
