@@ -207,12 +207,16 @@ def _push_handle_of(cls: type) -> Any:
     return handle
 
 
+class _Shrunk(Exception):
+    """An item for the buffer of a shrunk stream: ``push`` makes a real one."""
+
+
 class _NoItems(deque[Any]):
-    """The type of ``_NO_ITEMS``: an empty buffer that refuses items (``push`` makes a
-    real one first), so that a mistake cannot make it a buffer shared by streams."""
+    """The type of ``_NO_ITEMS``: an empty buffer that refuses items, so that it never
+    becomes a buffer shared by streams."""
 
     def append(self, item: Any) -> None:
-        raise AssertionError("the shared empty buffer got an item")
+        raise _Shrunk
 
 
 _NO_ITEMS: deque[Any] = _NoItems()
@@ -230,7 +234,7 @@ class EventStream:
         # empty deque still holds a block of 64 slots (about 600 bytes), so a stream
         # of a parked run lets it go (``shrink``): ``_NO_ITEMS`` until the next push,
         # the few unread items (the idle event, typically) kept in ``_kept``.
-        self._items: deque[Any] = _NO_ITEMS
+        self._items: deque[Any] = deque()
         self._kept: tuple[Any, ...] = ()
         self._closed = False
         self._changed: anyio.Event | None = None
@@ -248,10 +252,10 @@ class EventStream:
                 self.terminal_event = item
             else:  # a step state change
                 item = handle(item)
-        items = self._items
-        if items is _NO_ITEMS:
-            items = self._restore()
-        items.append(item)
+        try:
+            self._items.append(item)
+        except _Shrunk:  # no cost until raised
+            self._restore().append(item)
         if self._changed is not None:  # someone waits: _wake() (inlined, pushes are hot)
             self._wake()
 
