@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from tickwork.runtime.durable import DurableWriter
@@ -92,17 +92,22 @@ class Ownership:
         """The owner id of runs this process starts itself (``Workflow.run()``)."""
         return process_owner()
 
-    async def pump_inbox(self, post: Callable[[Tick], None], serializer: Any) -> None:
-        """Post a tick for every inbox item, until cancelled (runs beside the loop).
+    def pump_inbox(
+        self, post: Callable[[Tick], None], serializer: Any
+    ) -> Coroutine[Any, Any, None]:
+        """Post a tick for every inbox item, until cancelled (await it beside the loop).
 
         A store that reads many inboxes at once (``read_inboxes``) serves every run of
         this event loop from one watcher (``.inbox_watcher``); another is polled by
-        each run itself."""
+        each run itself.  Returns the coroutine that does it rather than wrapping it in
+        one more: every waiting journaled run holds it."""
         store = self.writer.store
         feed = InboxFeed(self, serializer, post)
         if getattr(store, "read_inboxes", None) is not None:
-            await watch_inbox(store, feed)
-            return
+            return watch_inbox(store, feed)
+        return self._poll_inbox(store, feed)
+
+    async def _poll_inbox(self, store: Any, feed: InboxFeed) -> None:
         while True:
             feed.deliver(await store.read_inbox(self.run_id))
             await store.wait_for_inbox(INBOX_POLL_SECONDS, self.run_id)
