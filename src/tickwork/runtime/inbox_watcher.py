@@ -105,6 +105,8 @@ class InboxWatcher:
         self._wait_scope: anyio.CancelScope | None = None
         self.reads = 0
         """How many times it read the inboxes (tests read it)."""
+        # An asyncio loop holds its tasks weakly: the watcher holds its own.
+        self._task: Any = None
 
     def join(self, feed: InboxFeed) -> None:
         """Serve ``feed``'s run from now on; its inbox is read at the next turn."""
@@ -127,7 +129,7 @@ class InboxWatcher:
         loop = running_asyncio_loop()
         context = contextvars.Context()
         if loop is not None:
-            context.run(loop.create_task, self._watch())
+            self._task = context.run(loop.create_task, self._watch())
         else:
             import trio
 
@@ -152,7 +154,7 @@ class InboxWatcher:
             if not isinstance(error, Exception):
                 raise
         finally:
-            self._wait_scope = None
+            self._wait_scope = self._task = None
             self._leave(self)
 
     async def _read_once(self) -> None:
