@@ -14,23 +14,19 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from tickwork.runtime.durable import DurableWriter
+from tickwork.runtime.inbox_watcher import INBOX_POLL_SECONDS, InboxFeed, watch_inbox
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
-from tickwork.stores import metrics
 from tickwork.stores.leases import keeper_for, process_owner
 from tickwork.stores.records import InboxItem, Lease, LeaseLost
 from tickwork.stores.store import DEFAULT_LEASE_SECONDS
 
-__all__ = ["Ownership", "thread_safe_caller"]
+__all__ = ["INBOX_POLL_SECONDS", "Ownership", "thread_safe_caller"]
 
 _log = logging.getLogger("tickwork.runtime")
-
-INBOX_POLL_SECONDS = 1.0
-"""How often a running session looks for inbox items when the store sends no
-notification."""
 
 
 def thread_safe_caller() -> Callable[[Callable[[], None]], None]:
@@ -96,27 +92,29 @@ class Ownership:
         """The owner id of runs this process starts itself (``Workflow.run()``)."""
         return process_owner()
 
-    async def pump_inbox(self, post: Callable[[Tick], None], serializer: Any) -> None:
-        """Post a tick for every inbox item, until cancelled (runs beside the loop)."""
+    def pump_inbox(
+        self, post: Callable[[Tick], None], serializer: Any
+    ) -> Coroutine[Any, Any, None]:
+        """Post a tick for every inbox item, until cancelled (await it beside the loop).
+
+        A store that reads many inboxes at once (``read_inboxes``) serves every run of
+        this event loop from one watcher (``.inbox_watcher``); another is polled by
+        each run itself.  Returns the coroutine that does it rather than wrapping it in
+        one more: every waiting journaled run holds it."""
         store = self.writer.store
-        taken: set[int] = set()
+        feed = InboxFeed(self, serializer, post)
+        if getattr(store, "read_inboxes", None) is not None:
+            return watch_inbox(store, feed)
+        return self._poll_inbox(store, feed)
+
+    async def _poll_inbox(self, store: Any, feed: InboxFeed) -> None:
         while True:
-            items = await store.read_inbox(self.run_id)
-            pending = {item.item_id for item in items}
-            taken &= pending  # consumed items are gone from the inbox
-            for item in items:
-                if item.item_id in taken:
-                    continue
-                taken.add(item.item_id)
-                tick = self._tick_for(item, serializer)
-                if tick is None:
-                    continue
-                self.writer.consumes(tick, item.item_id)
-                metrics.record("tickwork.fleet.inbox_lag", max(0.0, time.time() - item.created_at))
-                post(tick)
+            feed.deliver(await store.read_inbox(self.run_id))
             await store.wait_for_inbox(INBOX_POLL_SECONDS, self.run_id)
 
-    def _tick_for(self, item: InboxItem, serializer: Any) -> Tick | None:
+    def tick_for(self, item: InboxItem, serializer: Any) -> Tick | None:
+        """The tick an inbox item stands for; ``None`` (logged) when its event cannot
+        be decoded."""
         if item.kind == "cancel":
             return CancelRun(time.time())
         payload = item.payload if isinstance(item.payload, dict) else {}

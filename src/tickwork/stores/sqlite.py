@@ -624,6 +624,24 @@ class SqliteJournal:
         read = fleet.InboxRead(self.path, run_id)  # the reads of a batch go together
         return await self._call(read, run_id=run_id, action="reading the inbox")
 
+    async def read_inboxes(self, run_ids: Sequence[str]) -> dict[str, list[InboxItem]]:
+        """The unconsumed inbox items of each of ``run_ids``, in insertion order, by run
+        id, in one call (the inbox watcher of a process's runs: ``tickwork.runtime.
+        inbox_watcher``).  A run whose inbox cannot be read so (a run not in the file,
+        an item that does not decode) is left out: ``read_inbox`` of it says why."""
+        wanted = list(run_ids)
+
+        def read(conn: sqlite3.Connection) -> dict[str, list[InboxItem]]:
+            found: dict[str, list[InboxItem]] = {}
+            for run_id, rows in fleet.read_inboxes(conn, wanted).items():
+                try:
+                    found[run_id] = fleet.inbox_items(self.path, run_id, rows)
+                except JournalError:
+                    continue
+            return found
+
+        return await self._call(read, action=f"reading the inboxes of {len(wanted)} runs")
+
     async def read_stream(
         self, run_id: str, after_seq: int = -1, limit: int | None = None
     ) -> list[StreamItem]:
@@ -662,10 +680,11 @@ class SqliteJournal:
         the caller's next poll."""
         await _wait(self._changed, timeout, run_id)
 
-    async def wait_for_inbox(self, timeout: float, run_id: str) -> None:
+    async def wait_for_inbox(self, timeout: float, run_id: str | None) -> None:
         """Sleep up to ``timeout``; wake early when this store object sent an item to
-        the inbox of ``run_id``.  Not on the run's own appends: a run's inbox pump would
-        otherwise read its inbox again after each of its commits that publishes."""
+        the inbox of ``run_id`` (``None``: of any run).  Not on the run's own appends:
+        a run's inbox pump would otherwise read its inbox again after each of its
+        commits that publishes."""
         await _wait(self._sent, timeout, run_id)
 
     async def attach(self, run_id: str, *, serializer: Any = None) -> RemoteHandler:
