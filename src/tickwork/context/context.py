@@ -24,16 +24,15 @@ from tickwork._deprecation import warn_once
 from tickwork.context.state_store import DictState, InMemoryStateStore, infer_state_type
 from tickwork.errors import ContextSerdeError, ContextStateError, WorkflowRuntimeError
 from tickwork.events import Event
-from tickwork.runtime.control_loop.reduce import initial_state
-from tickwork.runtime.session import RunSession, detect_backend
-from tickwork.runtime.step_scope import check_send_target, current_step_context
-from tickwork.runtime.types.evolve import evolve
-from tickwork.runtime.types.state import RunConfig, RunState
 from tickwork.serde.serializers import BaseSerializer, JsonSerializer
 
 if TYPE_CHECKING:
     from tickwork.retry_policy import RetryInfo
-    from tickwork.runtime.step_scope import StepScope
+    from tickwork.runtime.control_loop.reduce import initial_state
+    from tickwork.runtime.session import RunSession
+    from tickwork.runtime.step_scope import StepScope, check_send_target, current_step_context
+    from tickwork.runtime.types.evolve import evolve
+    from tickwork.runtime.types.state import RunConfig, RunState
     from tickwork.serde.snapshot import SnapshotCache
 
 __all__ = ["Context"]
@@ -62,6 +61,32 @@ def _snapshot_codec() -> tuple[type[SnapshotCache], Callable[..., dict[str, Any]
     from tickwork.serde.snapshot import SnapshotCache, encode_snapshot
 
     return SnapshotCache, encode_snapshot
+
+
+_runtime_bound = False
+
+
+def _bind_runtime() -> None:
+    """Import the run machinery this module calls and bind its names here, once.
+
+    ``from tickwork import Context`` and defining workflows need none of the runtime (the
+    reducer, the session, the step scopes), so ``import`` does not load it: the first
+    ``Context`` built does (every run builds one or binds a pre-run one, which was built
+    too).  Binding module globals, rather than an import statement in each method, keeps
+    the per-run and per-send paths as they were.
+    """
+    global _runtime_bound
+    from tickwork.runtime.control_loop.reduce import initial_state
+    from tickwork.runtime.step_scope import check_send_target, current_step_context
+    from tickwork.runtime.types.evolve import evolve
+
+    globals().update(
+        initial_state=initial_state,
+        check_send_target=check_send_target,
+        current_step_context=current_step_context,
+        evolve=evolve,
+    )
+    _runtime_bound = True
 
 
 def _check_wait_timeout(timeout: Any) -> None:
@@ -114,6 +139,8 @@ class Context(Generic[MODEL_T]):
         previous_context: dict[str, Any] | None = None,
         serializer: BaseSerializer | None = None,
     ) -> None:
+        if not _runtime_bound:
+            _bind_runtime()
         self._workflow = workflow
         self._state_type: type[BaseModel] = infer_state_type(workflow)
         self._serializer: BaseSerializer = _compose_serializer(
@@ -389,6 +416,8 @@ class Context(Generic[MODEL_T]):
             "Context.streaming_queue is deprecated; iterate handler.stream_events()",
         )
         session = self._need_session("streaming_queue")
+        from tickwork.runtime.session import detect_backend  # loaded: the run is live
+
         if detect_backend() != "asyncio":
             raise NotImplementedError("Context.streaming_queue is only available under asyncio")
         if self._queue is None:
@@ -422,6 +451,8 @@ class Context(Generic[MODEL_T]):
     @staticmethod
     def get_step_context() -> Context[Any]:
         """The Context of the step invocation running in this task or thread."""
+        if not _runtime_bound:  # no Context built yet in this process: no run either
+            _bind_runtime()
         ctx = current_step_context()
         if ctx is None:
             raise WorkflowRuntimeError(
