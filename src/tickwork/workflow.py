@@ -31,12 +31,12 @@ from tickwork.resource import ResourceManager
 from tickwork.resource_checks import validate_step_resources
 from tickwork.runtime.default import DEFAULT_RUNTIME, InProcessRuntime
 from tickwork.runtime.step_shapes import discover_step_functions
-from tickwork.serde.serializers import BaseSerializer
 
 if TYPE_CHECKING:
     from tickwork.runtime.session import LIVE_RUNS, RunSession, detect_backend
     from tickwork.runtime.types.state import RunConfig
     from tickwork.runtime.verbose import VerbosePrinter
+    from tickwork.serde.serializers import BaseSerializer
     from tickwork.stores.records import Lease
     from tickwork.stores.remote import RemoteHandler
 
