@@ -4,8 +4,9 @@ Each check runs in a fresh interpreter and reads its ``sys.modules``: ``import t
 loads neither pydantic's models nor the runtime, and a program that defines and runs a
 workflow loads no journal store, SQLite, drawing, replay, fleet, command line, testing
 kit, OpenTelemetry or psycopg; the public import and a workflow class load no runtime,
-state store or serializers before the first run.  The packages that re-export names lazily still list
-them in ``dir()`` and resolve every one (``test_public_paths.py`` checks each path).
+state store or serializers before the first run.  The packages that re-export names
+lazily still list them in ``dir()`` and resolve every one (``test_public_paths.py``
+checks each path).
 """
 
 from __future__ import annotations
