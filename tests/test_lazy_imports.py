@@ -156,6 +156,7 @@ RUN_MACHINERY = (
     "tickwork.context._state_paths",
     "tickwork.serde.serializers",
     "pickle",
+    "logging",
 )
 
 PUBLIC_IMPORT = "from tickwork import Context, Workflow, step, StartEvent, StopEvent"

@@ -8,7 +8,6 @@ starts a run on the caller's event loop, returning its ``WorkflowHandler``.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import secrets
 import string
@@ -33,6 +32,8 @@ from tickwork.runtime.default import DEFAULT_RUNTIME, InProcessRuntime
 from tickwork.runtime.step_shapes import discover_step_functions
 
 if TYPE_CHECKING:
+    import logging
+
     from tickwork.runtime.session import LIVE_RUNS, RunSession, detect_backend
     from tickwork.runtime.types.state import RunConfig
     from tickwork.runtime.verbose import VerbosePrinter
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Workflow", "WorkflowMeta"]
 
-_log = logging.getLogger("tickwork")
 
 _GRAPH_CHECKS = frozenset({"dead_end", "reachability", "terminal_event"})
 _ID_ALPHABET = string.ascii_letters + string.digits
@@ -166,18 +166,28 @@ def _check_run_arguments(ctx: Any, start_event: Any) -> None:
         )
 
 
+def _logger() -> logging.Logger:
+    """The ``tickwork`` logger; ``logging`` is imported by the first warning (or the
+    runtime), not by ``from tickwork import Workflow``."""
+    import logging
+
+    return logging.getLogger("tickwork")
+
+
 def _log_ignored_arguments(
     resuming: bool, start_event: StartEvent | None, kwargs: dict[str, Any]
 ) -> None:
     """Warn about the ``run()`` arguments a resume or an explicit start event ignores."""
     if resuming and (start_event is not None or kwargs):
-        _log.warning(
+        _logger().warning(
             "run() resumes a snapshot of a running workflow; the start event and "
             "keyword arguments %s are ignored",
             sorted(kwargs),
         )
     elif not resuming and start_event is not None and kwargs:
-        _log.warning("run(start_event=...) ignores the extra keyword arguments %s", sorted(kwargs))
+        _logger().warning(
+            "run(start_event=...) ignores the extra keyword arguments %s", sorted(kwargs)
+        )
 
 
 _STEP_CONTEXT = Context._for_step
