@@ -157,6 +157,7 @@ RUN_MACHINERY = (
     "tickwork.serde.serializers",
     "pickle",
     "logging",
+    "tickwork.retry_policy",
 )
 
 PUBLIC_IMPORT = "from tickwork import Context, Workflow, step, StartEvent, StopEvent"
