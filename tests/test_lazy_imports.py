@@ -3,8 +3,10 @@
 Each check runs in a fresh interpreter and reads its ``sys.modules``: ``import tickwork``
 loads neither pydantic's models nor the runtime, and a program that defines and runs a
 workflow loads no journal store, SQLite, drawing, replay, fleet, command line, testing
-kit, OpenTelemetry or psycopg.  The packages that re-export names lazily still list
-them in ``dir()`` and resolve every one (``test_public_paths.py`` checks each path).
+kit, OpenTelemetry or psycopg; the public import and a workflow class load no runtime,
+state store or serializers before the first run.  The packages that re-export names
+lazily still list them in ``dir()`` and resolve every one (``test_public_paths.py``
+checks each path).
 """
 
 from __future__ import annotations
@@ -138,8 +140,73 @@ def test_drawing_is_loaded_by_its_first_use_only() -> None:
     assert not under(modules, "tickwork.representation.draw", "tickwork.representation._html")
 
 
+# What ``from tickwork import Context, Workflow, step, StartEvent, StopEvent`` (every
+# program's import) leaves for the first run: the runtime, the reducer's types, the
+# state store and the serializers.
+RUN_MACHINERY = (
+    "tickwork.runtime.session",
+    "tickwork.runtime.step_worker",
+    "tickwork.runtime.step_scope",
+    "tickwork.runtime.control_loop",
+    "tickwork.runtime.types",
+    "tickwork.runtime.config",
+    "tickwork.runtime.verbose",
+    "tickwork.context.state_store",
+    "tickwork.context._state_section",
+    "tickwork.context._state_paths",
+    "tickwork.serde.serializers",
+    "pickle",
+    "logging",
+    "tickwork.retry_policy",
+)
+
+PUBLIC_IMPORT = "from tickwork import Context, Workflow, step, StartEvent, StopEvent"
+
+DEFINE_A_WORKFLOW = f"""
+{PUBLIC_IMPORT}
+
+
+class Count(Workflow):
+    @step
+    async def count(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        return StopEvent(result=1)
+"""
+
+# A pre-run Context and the first run load what the import left out.
+RUN_IT = f"""
+{DEFINE_A_WORKFLOW}
+import asyncio
+
+
+async def main() -> None:
+    workflow = Count(timeout=10)
+    ctx = Context(workflow)
+    await ctx.store.set("before", 1)
+    assert await workflow.run(ctx=ctx) == 1
+    assert await ctx.store.get("before") == 1
+    print("ran")
+
+
+asyncio.run(main())
+"""
+
+
+def test_the_public_import_and_a_workflow_class_leave_the_run_machinery_for_the_run() -> None:
+    for code in (PUBLIC_IMPORT, DEFINE_A_WORKFLOW):
+        modules = loaded_after(code)
+        assert "tickwork.workflow" in modules and "tickwork.context.context" in modules
+        assert not under(modules, *RUN_MACHINERY), code
+
+
+def test_a_workflow_runs_after_the_public_import_alone() -> None:
+    assert output_of(RUN_IT).strip() == "ran"
+    modules = loaded_after(RUN_IT)
+    assert "tickwork.runtime.session" in modules and "tickwork.context.state_store" in modules
+
+
 LAZY_PACKAGES = (
     "tickwork",
+    "tickwork.context",
     "tickwork.journal",
     "tickwork.stores",
     "tickwork.representation",

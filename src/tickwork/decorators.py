@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -26,7 +26,9 @@ from tickwork.collect import Collect
 from tickwork.errors import WorkflowValidationError
 from tickwork.events import StepFailedEvent
 from tickwork.resource import ResourceDefinition
-from tickwork.retry_policy import RetryPolicy
+
+if TYPE_CHECKING:
+    from tickwork.retry_policy import RetryPolicy
 
 __all__ = [
     "CatchErrorHandler",
@@ -353,7 +355,12 @@ def _check_num_workers(name: str, value: Any) -> int:
 
 
 def _check_retry_policy(name: str, value: Any) -> RetryPolicy | None:
-    if value is not None and not (isinstance(value, RetryPolicy) and callable(value.next)):
+    if value is None:
+        return None
+    # Imported by the first step given a policy (or by the first run), not by ``import``.
+    from tickwork.retry_policy import RetryPolicy
+
+    if not (isinstance(value, RetryPolicy) and callable(value.next)):
         raise WorkflowValidationError(
             f"step {name!r}: retry_policy must be None or an object with a "
             f"next(elapsed_time, attempts, error) method, got {value!r}"

@@ -14,8 +14,6 @@ import anyio
 from tickwork._deprecation import warn_once
 from tickwork.errors import WorkflowCancelledByUser
 from tickwork.events import Event, StopEvent
-from tickwork.runtime.session import detect_backend
-from tickwork.runtime.step_scope import check_send_target
 
 if TYPE_CHECKING:
     from tickwork.context.context import Context
@@ -130,6 +128,10 @@ class WorkflowHandler:
         """
         session = self._session
         if session.durable:
+            # The runtime is loaded by now (this run's session exists); a durable send
+            # waits for the journal, so the import statement is lost in the noise.
+            from tickwork.runtime.step_scope import check_send_target
+
             check_send_target(session.config.steps, event, step)
             await session.send_durably(event, step)
             return
@@ -186,6 +188,8 @@ class WorkflowHandler:
 
 
 def _backend_is_asyncio() -> bool:
+    from tickwork.runtime.session import detect_backend
+
     try:
         return detect_backend() == "asyncio"
     except RuntimeError:

@@ -15,7 +15,6 @@ import anyio
 
 from tickwork.errors import WorkflowValidationError
 from tickwork.resource import ResourceManager, _ResourceConfig
-from tickwork.runtime.session import detect_backend
 
 __all__ = ["validate_step_resources"]
 
@@ -79,6 +78,8 @@ async def _resolve_all(steps: Mapping[str, Callable[..., Any]]) -> list[str]:
 
 
 def _loop_running() -> bool:
+    from tickwork.runtime.session import detect_backend  # the run machinery, on first use
+
     try:
         detect_backend()
     except RuntimeError:

@@ -8,7 +8,6 @@ starts a run on the caller's event loop, returning its ``WorkflowHandler``.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import secrets
 import string
@@ -29,23 +28,21 @@ from tickwork.events import Event, StartEvent, StopEvent
 from tickwork.handler import WorkflowHandler
 from tickwork.resource import ResourceManager
 from tickwork.resource_checks import validate_step_resources
-from tickwork.runtime.config import build_run_config
 from tickwork.runtime.default import DEFAULT_RUNTIME, InProcessRuntime
-from tickwork.runtime.run_slots import RunSlots
-from tickwork.runtime.session import LIVE_RUNS, RunSession, detect_backend
 from tickwork.runtime.step_shapes import discover_step_functions
-from tickwork.runtime.step_worker import StepInvokers
-from tickwork.runtime.types.state import RunConfig
-from tickwork.runtime.verbose import VerbosePrinter, choose_sink
-from tickwork.serde.serializers import BaseSerializer
 
 if TYPE_CHECKING:
+    import logging
+
+    from tickwork.runtime.session import LIVE_RUNS, RunSession, detect_backend
+    from tickwork.runtime.types.state import RunConfig
+    from tickwork.runtime.verbose import VerbosePrinter
+    from tickwork.serde.serializers import BaseSerializer
     from tickwork.stores.records import Lease
     from tickwork.stores.remote import RemoteHandler
 
 __all__ = ["Workflow", "WorkflowMeta"]
 
-_log = logging.getLogger("tickwork")
 
 _GRAPH_CHECKS = frozenset({"dead_end", "reachability", "terminal_event"})
 _ID_ALPHABET = string.ascii_letters + string.digits
@@ -65,6 +62,12 @@ class WorkflowMeta(type):
         super().__init__(name, bases, namespace)
         cls._step_functions: dict[str, Callable[..., Any]] = {}
         cls._registry_version = 0
+
+
+def _choose_sink() -> Callable[[str], None]:
+    from tickwork.runtime.verbose import choose_sink  # verbose workflows only
+
+    return choose_sink()
 
 
 def _check_timeout(timeout: Any) -> None:
@@ -163,22 +166,44 @@ def _check_run_arguments(ctx: Any, start_event: Any) -> None:
         )
 
 
+def _logger() -> logging.Logger:
+    """The ``tickwork`` logger; ``logging`` is imported by the first warning (or the
+    runtime), not by ``from tickwork import Workflow``."""
+    import logging
+
+    return logging.getLogger("tickwork")
+
+
 def _log_ignored_arguments(
     resuming: bool, start_event: StartEvent | None, kwargs: dict[str, Any]
 ) -> None:
     """Warn about the ``run()`` arguments a resume or an explicit start event ignores."""
     if resuming and (start_event is not None or kwargs):
-        _log.warning(
+        _logger().warning(
             "run() resumes a snapshot of a running workflow; the start event and "
             "keyword arguments %s are ignored",
             sorted(kwargs),
         )
     elif not resuming and start_event is not None and kwargs:
-        _log.warning("run(start_event=...) ignores the extra keyword arguments %s", sorted(kwargs))
+        _logger().warning(
+            "run(start_event=...) ignores the extra keyword arguments %s", sorted(kwargs)
+        )
 
 
 _STEP_CONTEXT = Context._for_step
 """How a run builds a step's Context: bound once, not once per run."""
+
+
+def _bind_runtime() -> None:
+    """Import the session and bind the names ``_start_run`` calls in this module.
+
+    ``from tickwork import Workflow`` and defining workflow classes need none of the
+    runtime, so ``import`` does not load it: a workflow's first config build does (every
+    run goes through it first), and the per-run path reads plain globals, as it did.
+    """
+    from tickwork.runtime.session import LIVE_RUNS, RunSession, detect_backend
+
+    globals().update(LIVE_RUNS=LIVE_RUNS, RunSession=RunSession, detect_backend=detect_backend)
 
 
 def _new_run_id() -> str:
@@ -230,7 +255,7 @@ class Workflow(metaclass=WorkflowMeta):
         self._resource_manager = resource_manager or ResourceManager()
         self._skip_graph_checks = self._check_skip_names(skip_graph_checks)
         self._runtime = self._resolve_runtime(runtime)
-        self._verbose_sink = choose_sink() if verbose else None
+        self._verbose_sink = _choose_sink() if verbose else None
         self._locked = False
         self._validated_version: int | None = None
         self._run_config: RunConfig | None = None
@@ -319,6 +344,8 @@ class Workflow(metaclass=WorkflowMeta):
 
     def _verbose_printer(self) -> VerbosePrinter:
         """The printer of verbose runs (its sink was chosen at construction)."""
+        from tickwork.runtime.verbose import VerbosePrinter  # verbose runs only
+
         return VerbosePrinter(self._verbose_sink or print, self._timeout)
 
     # -- steps ----------------------------------------------------------------------------
@@ -404,6 +431,10 @@ class Workflow(metaclass=WorkflowMeta):
         """The reducer's config for this instance, rebuilt when the step registry changes."""
         version = type(self)._registry_version
         if self._run_config is None or self._run_config_version != version:
+            from tickwork.runtime.config import build_run_config
+            from tickwork.runtime.step_worker import StepInvokers
+
+            _bind_runtime()
             self._step_table = self._get_steps()
             self._run_config = build_run_config(
                 self.workflow_name, self._step_table, self._timeout, self._start_event_class
@@ -564,5 +595,7 @@ class Workflow(metaclass=WorkflowMeta):
         if self._num_concurrent_runs is None:
             return None
         if self._run_slots is None:
+            from tickwork.runtime.run_slots import RunSlots
+
             self._run_slots = RunSlots(self._num_concurrent_runs)
         return self._run_slots

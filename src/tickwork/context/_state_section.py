@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar
 
 from tickwork._lazy import built_on_first_use
+from tickwork.context._dict_state import DictState
 from tickwork.context._state_patch import diff_trees, is_tree_dict, json_equal, pointer
 from tickwork.events import DictLikeModel
 from tickwork.serde.serializers import (
@@ -53,11 +54,6 @@ _SERIALIZED_MARKER = "__is_serialized"
 _ABSENT: Any = object()
 
 
-@built_on_first_use
-class DictState(DictLikeModel, defer_build=True):
-    """The default state: a bag of dynamic fields (``DictState(_data={...})``)."""
-
-
 register_framework_types(DictState)  # so that allow-listed serializers admit it
 
 MODEL_T = TypeVar("MODEL_T", bound=BaseModel, default=DictState)
@@ -78,7 +74,9 @@ class InMemorySerializedState(BaseModel, defer_build=True):
 
     store_type: Literal["in_memory"] = "in_memory"
     state_type: str = DictState.__name__
-    state_module: str = DictState.__module__
+    # The module DictState was declared in before it moved to _dict_state: the value
+    # this default has always had.
+    state_module: str = "tickwork.context._state_section"
     state_data: Any = None
 
 

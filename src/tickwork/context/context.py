@@ -21,19 +21,19 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar
 
 from tickwork._deprecation import warn_once
-from tickwork.context.state_store import DictState, InMemoryStateStore, infer_state_type
+from tickwork.context._dict_state import DictState
 from tickwork.errors import ContextSerdeError, ContextStateError, WorkflowRuntimeError
 from tickwork.events import Event
-from tickwork.runtime.control_loop.reduce import initial_state
-from tickwork.runtime.session import RunSession, detect_backend
-from tickwork.runtime.step_scope import check_send_target, current_step_context
-from tickwork.runtime.types.evolve import evolve
-from tickwork.runtime.types.state import RunConfig, RunState
-from tickwork.serde.serializers import BaseSerializer, JsonSerializer
 
 if TYPE_CHECKING:
+    from tickwork.context.state_store import InMemoryStateStore, infer_state_type
     from tickwork.retry_policy import RetryInfo
-    from tickwork.runtime.step_scope import StepScope
+    from tickwork.runtime.control_loop.reduce import initial_state
+    from tickwork.runtime.session import RunSession
+    from tickwork.runtime.step_scope import StepScope, check_send_target, current_step_context
+    from tickwork.runtime.types.evolve import evolve
+    from tickwork.runtime.types.state import RunConfig, RunState
+    from tickwork.serde.serializers import BaseSerializer, JsonSerializer
     from tickwork.serde.snapshot import SnapshotCache
 
 __all__ = ["Context"]
@@ -44,10 +44,6 @@ _PRE_RUN = "a pre-run context (before the workflow has started)"
 _RUNNING = "a running workflow (the handler's context)"
 _HANDLER = "handler code (outside steps)"
 _STEP = "a step (the context passed to a step function)"
-
-
-_DEFAULT_SERIALIZER = JsonSerializer()
-"""The serializer of contexts given none: immutable, so every context shares it."""
 
 _COMPOSED: weakref.WeakKeyDictionary[Any, dict[int, tuple[BaseSerializer, BaseSerializer]]] = (
     weakref.WeakKeyDictionary()
@@ -64,6 +60,42 @@ def _snapshot_codec() -> tuple[type[SnapshotCache], Callable[..., dict[str, Any]
     return SnapshotCache, encode_snapshot
 
 
+_runtime_bound = False
+
+_DEFAULT_SERIALIZER: JsonSerializer = cast("JsonSerializer", None)  # set by _bind_runtime
+"""The serializer of a context given none: it has no allow-list, hence no state, and is
+shared by every such context (one per run would be a third of a kilobyte each)."""
+
+
+def _bind_runtime() -> None:
+    """Import the run machinery this module calls and bind its names here, once.
+
+    ``from tickwork import Context`` and defining workflows need none of the runtime (the
+    reducer, the session, the step scopes), the state store or the serializers, so
+    ``import`` does not load them: the first ``Context`` built does (every run builds one
+    or binds a pre-run one, which was built too).  Binding module globals, rather than an
+    import statement in each method, keeps the per-run and per-send paths as they were.
+    """
+    global _runtime_bound, _DEFAULT_SERIALIZER
+    from tickwork.context.state_store import InMemoryStateStore, infer_state_type
+    from tickwork.runtime.control_loop.reduce import initial_state
+    from tickwork.runtime.step_scope import check_send_target, current_step_context
+    from tickwork.runtime.types.evolve import evolve
+    from tickwork.serde.serializers import JsonSerializer
+
+    globals().update(
+        InMemoryStateStore=InMemoryStateStore,
+        infer_state_type=infer_state_type,
+        JsonSerializer=JsonSerializer,
+        initial_state=initial_state,
+        check_send_target=check_send_target,
+        current_step_context=current_step_context,
+        evolve=evolve,
+    )
+    _DEFAULT_SERIALIZER = JsonSerializer()
+    _runtime_bound = True
+
+
 def _check_wait_timeout(timeout: Any) -> None:
     valid = (
         not isinstance(timeout, bool)
@@ -76,11 +108,6 @@ def _check_wait_timeout(timeout: Any) -> None:
             f"wait_for_event(timeout={timeout!r}): timeout must be None (no deadline) or "
             "a positive finite number of seconds"
         )
-
-
-_DEFAULT_SERIALIZER = JsonSerializer()
-"""The serializer of a context given none: it has no allow-list, hence no state, and is
-shared by every such context (one per run would be a third of a kilobyte each)."""
 
 
 def _compose_serializer(
@@ -114,6 +141,8 @@ class Context(Generic[MODEL_T]):
         previous_context: dict[str, Any] | None = None,
         serializer: BaseSerializer | None = None,
     ) -> None:
+        if not _runtime_bound:
+            _bind_runtime()
         self._workflow = workflow
         self._state_type: type[BaseModel] = infer_state_type(workflow)
         self._serializer: BaseSerializer = _compose_serializer(
@@ -389,6 +418,8 @@ class Context(Generic[MODEL_T]):
             "Context.streaming_queue is deprecated; iterate handler.stream_events()",
         )
         session = self._need_session("streaming_queue")
+        from tickwork.runtime.session import detect_backend  # loaded: the run is live
+
         if detect_backend() != "asyncio":
             raise NotImplementedError("Context.streaming_queue is only available under asyncio")
         if self._queue is None:
@@ -422,6 +453,8 @@ class Context(Generic[MODEL_T]):
     @staticmethod
     def get_step_context() -> Context[Any]:
         """The Context of the step invocation running in this task or thread."""
+        if not _runtime_bound:  # no Context built yet in this process: no run either
+            _bind_runtime()
         ctx = current_step_context()
         if ctx is None:
             raise WorkflowRuntimeError(
