@@ -299,9 +299,9 @@ class _Loop:
         )
         self.publish = adapter.publish
         self.run_step = adapter.run_step
-        # The asyncio pool, whose map a reporting worker leaves (``pool.done`` inlined: a
-        # call per step); ``None`` under trio, whose workers leave on exit.
-        self.asyncio_pool = self.pool if isinstance(self.pool, AsyncioPool) else None
+        # The asyncio pool's task map, which a reporting worker leaves (``pool.done``
+        # inlined: a call per step); ``None`` under trio, whose workers leave on exit.
+        self.worker_tasks = self.pool.tasks if isinstance(self.pool, AsyncioPool) else None
         self.spawn_context = adapter.spawn_context
         self.heartbeat_every = adapter.heartbeat_every
         self.last_commit = time.time()
@@ -589,27 +589,11 @@ class _Loop:
         self.pool.spawn(key, self.run_step(self.adapter, invocation, *hooks), self.spawn_context)
 
     def _report(self, invocation: Invocation, outcome: StepOutcome) -> None:
-        """A worker's outcome (a cancelled worker reports none): post it as a tick.
-
-        Under asyncio, a worker spawned while the result is reduced inline (the next step
-        of a chain) is handed to the reporting worker's task (``AsyncioPool.spawn``).
-        """
-        tick = StepResult(time.time(), invocation.step, invocation.invocation_id, outcome)
-        pool = self.asyncio_pool
-        if pool is None:
-            self.post(tick)
-            return
-        finishing = pool.tasks.pop(invocation.invocation_id, None)  # pool.done()
-        if self.inbox:
-            # Results wait before this one: reduced with it, they release workers that
-            # are no chain (each would pay for a task able to run the next step).
-            self.post(tick)
-            return
-        pool.finishing = finishing
-        try:
-            self.post(tick)
-        finally:
-            pool.finishing = None
+        """A worker's outcome (a cancelled worker reports none): post it as a tick."""
+        tasks = self.worker_tasks
+        if tasks is not None:
+            tasks.pop(invocation.invocation_id, None)  # what AsyncioPool.done does
+        self.post(StepResult(time.time(), invocation.step, invocation.invocation_id, outcome))
 
     def write(self, event: Any, invocation_id: str | None) -> None:
         """A step writes ``event`` to the stream (from the loop's thread).
