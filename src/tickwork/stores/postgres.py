@@ -83,6 +83,9 @@ class PostgresJournal(PostgresFleetStore):
     (or ``check``); ``close`` closes every connection.
     """
 
+    #: ``append`` takes ``snapshot=`` (see ``JournalStore.appends_snapshots``).
+    appends_snapshots = True
+
     # -- registering and submitting runs ------------------------------------------
 
     def register_run(
@@ -230,6 +233,7 @@ class PostgresJournal(PostgresFleetStore):
         consumed: Sequence[int] = (),
         stream: Sequence[StreamItem] = (),
         outcome: RunOutcome | None = None,
+        snapshot: tuple[int, dict[str, Any]] | None = None,
     ) -> None:
         first = records[0].seq if records else None
         last = records[-1].seq if records else None
@@ -258,6 +262,10 @@ class PostgresJournal(PostgresFleetStore):
             "result": final[0],
             "error": final[1],
         }
+        if snapshot is not None:
+            snap_seq = snapshot[0]
+            params["snap_seq"] = snap_seq
+            params["snap"] = dumps(snapshot[1], self._label(run_id, snap_seq), "the snapshot")
         sql = append_statement(
             self.schema,
             fenced=lease is not None,
@@ -268,6 +276,7 @@ class PostgresJournal(PostgresFleetStore):
             consumed=bool(consumed),
             stream=bool(stream),
             final=final_status is not None,
+            snapshot=snapshot is not None,
         )
 
         notify = final_status is not None or bool(stream)
@@ -347,8 +356,10 @@ class PostgresJournal(PostgresFleetStore):
 
         Fenced, it was when the run is at the same epoch and its journal ends at the
         batch's last seq (nobody else can write at that epoch); unfenced, when the
-        batch's last record is stored with the same text.  A batch without records that
-        finished the run was committed when the run has that status.
+        batch's last record is stored with the same text (with a compacting snapshot,
+        which drops that record: when the snapshot is stored with the same text).  A
+        batch without records that finished the run was committed when the run has that
+        status.
         """
         run_id, last = params["run_id"], params["last"]
         row = conn.execute(
@@ -363,6 +374,12 @@ class PostgresJournal(PostgresFleetStore):
             return final_status is not None and status == final_status
         if lease is not None:
             return bool(last_seq == last)
+        if "snap" in params:
+            snap = conn.execute(
+                f"SELECT data::text FROM {self._q}.snapshots WHERE run_id = %s AND seq = %s",
+                (run_id, params["snap_seq"]),
+            ).fetchone()
+            return snap is not None and snap[0] == params["snap"]
         stored = conn.execute(
             f"SELECT data::text FROM {self._q}.records WHERE run_id = %s AND seq = %s",
             (run_id, last),
