@@ -802,9 +802,12 @@ async def test_a_final_append_with_a_snapshot_whose_ack_is_lost_is_not_redone(
     original = store._execute_append
     calls: list[str] = []
 
-    def commit_then_lose_the_ack(conn: Any, text: str, params: dict[str, Any], fence: Any) -> None:
+    def commit_then_lose_the_ack(
+        conn: Any, text: str, params: dict[str, Any], fence: Any, *closing: Any
+    ) -> None:
         calls.append(params["run_id"])
-        original(conn, text, params, fence)
+        original(conn, text, params, fence, *closing)
+        conn.commit()  # the snapshot goes with the append, in one transaction
         raise psycopg.OperationalError("simulated: the connection dropped after COMMIT")
 
     monkeypatch.setattr(store, "_execute_append", commit_then_lose_the_ack)

@@ -217,7 +217,6 @@ def append_statement(
     consumed: bool,
     stream: bool,
     final: bool,
-    snapshot: bool = False,
 ) -> str:
     """One append as one statement: the runs row is updated first (fenced by owner,
     epoch and ``last_seq`` when ``fenced``), and everything else is written only through
@@ -228,12 +227,7 @@ def append_statement(
 
     ``one_record`` (a batch of one, what a sequential step appends) passes the record
     as ``%(last)s`` and ``%(data)s`` instead of arrays: unpacking two arrays is an
-    eighth of the server's work for such an append.
-
-    ``snapshot`` also replaces the run's compacting snapshot (taken before
-    ``%(snap_seq)s``) and drops the history before it, as ``snapshot_statement`` does.
-    The statement's parts do not see each other's rows, so the records and the patch
-    it covers are not inserted at all (rather than inserted and deleted)."""
+    eighth of the server's work for such an append."""
     s = quote_ident(schema)
     sets = ["updated_at = now()"]
     where = ["run_id = %(run_id)s"]
@@ -259,22 +253,19 @@ def append_statement(
     if records and one_record:
         parts.append(
             f"recs AS (INSERT INTO {s}.records (run_id, seq, data) "
-            "SELECT f.run_id, %(last)s::bigint, %(data)s::json FROM fenced AS f"
-            + (" WHERE %(last)s::bigint >= %(snap_seq)s::bigint)" if snapshot else ")")
+            "SELECT f.run_id, %(last)s::bigint, %(data)s::json FROM fenced AS f)"
         )
     elif records:
         parts.append(
             f"recs AS (INSERT INTO {s}.records (run_id, seq, data) "
             "SELECT f.run_id, x.seq, x.data::json FROM fenced AS f, "
-            "unnest(%(seqs)b::bigint[], %(datas)b::text[]) AS x(seq, data)"
-            + (" WHERE x.seq >= %(snap_seq)s::bigint)" if snapshot else ")")
+            "unnest(%(seqs)b::bigint[], %(datas)b::text[]) AS x(seq, data))"
         )
     if patch:
         parts.append(
             f"patch AS (INSERT INTO {s}.state_patches (run_id, after_seq, data) "
             "SELECT f.run_id, %(patch_seq)s, %(patch)s::json FROM fenced AS f "
-            + ("WHERE %(patch_seq)s::bigint >= %(snap_seq)s::bigint " if snapshot else "")
-            + "ON CONFLICT (run_id, after_seq) DO UPDATE SET data = excluded.data)"
+            "ON CONFLICT (run_id, after_seq) DO UPDATE SET data = excluded.data)"
         )
     if consumed:
         parts.append(
@@ -290,17 +281,6 @@ def append_statement(
             "unnest(%(stream_seqs)b::bigint[], %(stream_events)b::text[]) AS x(seq, event) "
             "ON CONFLICT (run_id, seq) DO UPDATE SET event = excluded.event)"
         )
-    if snapshot:
-        parts += [
-            f"snap AS (INSERT INTO {s}.snapshots (run_id, seq, data) "
-            "SELECT f.run_id, %(snap_seq)s::bigint, %(snap)s::json FROM fenced AS f "
-            "ON CONFLICT (run_id) DO UPDATE SET seq = excluded.seq, data = excluded.data, "
-            "written_at = now())",
-            f"old_records AS (DELETE FROM {s}.records AS x USING fenced AS f "
-            "WHERE x.run_id = f.run_id AND x.seq < %(snap_seq)s::bigint)",
-            f"old_patches AS (DELETE FROM {s}.state_patches AS x USING fenced AS f "
-            "WHERE x.run_id = f.run_id AND x.after_seq < %(snap_seq)s::bigint)",
-        ]
     # ``SELECT 1``, not ``count(*)``: an aggregate is one more plan node to set up.
     return f"WITH {', '.join(parts)} SELECT 1 FROM fenced"
 
