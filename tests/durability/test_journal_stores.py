@@ -452,6 +452,68 @@ async def test_a_completed_durable_run_keeps_only_its_final_snapshot(
     assert await recover_runs(Chain(journal=store)) == {}
 
 
+def _counting(base: type[Any], takes_snapshots: bool) -> type[Any]:
+    """``base`` recording its write calls after registration (in ``calls``); without
+    ``takes_snapshots``, a store from before ``append(snapshot=)`` existed."""
+
+    class Counting(base):  # type: ignore[misc,valid-type]
+        appends_snapshots = takes_snapshots
+
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self.calls: list[tuple[str, Any]] = []
+
+        async def append(self, run_id: str, records: Any, *args: Any, **kwargs: Any) -> None:
+            if not takes_snapshots:
+                assert "snapshot" not in kwargs  # never passed to a store lacking it
+            self.calls.append(("append", kwargs.get("snapshot")))
+            await super().append(run_id, records, *args, **kwargs)
+
+        async def write_snapshot(self, run_id: str, seq: int, snapshot: Any, **kw: Any) -> None:
+            self.calls.append(("write_snapshot", seq))
+            await super().write_snapshot(run_id, seq, snapshot, **kw)
+
+    return Counting
+
+
+@pytest.mark.parametrize("takes_snapshots", [True, False], ids=["snapshot-append", "legacy"])
+@pytest.mark.parametrize("fail", [False, True], ids=["completed", "failed"])
+@pytest.mark.parametrize("base", [InMemoryJournal, SqliteJournal], ids=["memory", "sqlite"])
+async def test_a_finished_run_ends_with_one_store_call_holding_its_final_snapshot(
+    tmp_path: Path, base: type[Any], fail: bool, takes_snapshots: bool
+) -> None:
+    store = _counting(base, takes_snapshots)(
+        *([tmp_path / "j.db"] if base is SqliteJournal else [])
+    )
+    handler = Chain(fail=fail, journal=store).run(run_id="end")
+    if fail:
+        with pytest.raises(RuntimeError, match="chain broke"):
+            await handler
+    else:
+        assert await handler == 3
+    entry = await store.get_run("end")
+    assert entry is not None and entry.status == ("failed" if fail else "completed")
+    found = await store.read_snapshot("end")
+    assert found is not None
+    seq, snap = found
+    assert seq == snap["journal_seq"] == entry.last_seq + 1 and snap["is_running"] is False
+    assert await read_all(store, "end", 0) == []
+    assert await store.read_state_patches("end", 0) == []
+    if fail:
+        assert snap["failure"]["step_name"] == "hop"
+        assert "chain broke" in json.dumps(snap["failure"]["exception"])
+    else:
+        assert "failure" not in snap
+    if takes_snapshots:
+        # One store call at the end: the final append carries the snapshot.
+        assert store.calls[-1] == ("append", (seq, snap))
+        assert [c for c in store.calls if c[0] == "write_snapshot"] == []
+    else:
+        assert store.calls[-2:] == [("append", None), ("write_snapshot", seq)]
+    if isinstance(store, SqliteJournal):
+        store.close()
+
+
 @pytest.mark.parametrize(
     ("kind", "status"),
     [("fail", "failed"), ("timeout", "timed_out"), ("cancel", "cancelled")],

@@ -791,6 +791,41 @@ async def test_a_lost_commit_acknowledgement_is_not_a_lost_or_doubled_record(
 
 
 @pytest.mark.anyio
+async def test_a_final_append_with_a_snapshot_whose_ack_is_lost_is_not_redone(
+    store: PostgresJournal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The retry finds the append committed (the snapshot dropped its last record):
+    # it neither fails on a taken seq nor writes anything twice.
+    lease = store.register_run("fenced", "Flow", SNAPSHOT, owner="w1")
+    store.register_run("unfenced", "Flow", SNAPSHOT)
+    monkeypatch.setattr(store._lane, "take", lambda: False)
+    original = store._execute_append
+    calls: list[str] = []
+
+    def commit_then_lose_the_ack(
+        conn: Any, text: str, params: dict[str, Any], fence: Any, *closing: Any
+    ) -> None:
+        calls.append(params["run_id"])
+        original(conn, text, params, fence, *closing)
+        conn.commit()  # the snapshot goes with the append, in one transaction
+        raise psycopg.OperationalError("simulated: the connection dropped after COMMIT")
+
+    monkeypatch.setattr(store, "_execute_append", commit_then_lose_the_ack)
+    final = {"journal_seq": 2, "final": True}
+    await store.append(
+        "fenced", _records(0, 1), None, "completed", lease=lease, snapshot=(2, final)
+    )
+    await store.append("unfenced", _records(0, 1), None, "failed", snapshot=(2, final))
+    assert calls == ["fenced", "unfenced"]  # each committed once, never retried
+    monkeypatch.undo()
+    for run_id, status in (("fenced", "completed"), ("unfenced", "failed")):
+        assert await store.read_snapshot(run_id) == (2, final)
+        assert [r.seq async for r in store.read(run_id, 2)] == []
+        entry = await store.get_run(run_id)
+        assert entry is not None and (entry.status, entry.last_seq) == (status, 1)
+
+
+@pytest.mark.anyio
 async def test_errors_name_the_store_without_password_the_run_and_the_seq() -> None:
     journal = PostgresJournal(
         "postgresql://app:s3cret@/app?host=/nonexistent-tw-dir", "jobs", retry_seconds=0.2

@@ -132,6 +132,60 @@ async def test_a_snapshot_compacts_the_history_before_it(store: Any) -> None:
     assert await seqs(store, "r", 3) == [3, 4, 5]
 
 
+@pytest.mark.parametrize("at", [5, 4], ids=["after-the-records", "before-the-last"])
+@pytest.mark.parametrize("owned", [False, True], ids=["unowned", "leased"])
+async def test_an_append_with_a_snapshot_compacts_in_its_transaction(
+    store: Any, at: int, owned: bool
+) -> None:
+    assert store.appends_snapshots is True
+    lease = store.register_run("r", "wf", snap(), owner="w1" if owned else None)
+    for i in range(3):
+        await store.append(
+            "r", [rec(i)], StatePatch(i, [{"op": "add", "path": "/x", "value": i}]), lease=lease
+        )
+    await store.append(
+        "r",
+        [rec(3), rec(4)],
+        StatePatch(4, [{"op": "add", "path": "/y", "value": 4}]),
+        "completed",
+        lease=lease,
+        stream=[StreamItem(0, {"ev": 1})],
+        outcome=RunOutcome(result={"r": 1}),
+        snapshot=(at, snap(at, final=True)),
+    )
+    # As ``write_snapshot`` leaves it: the snapshot, and only the history after it.
+    assert await store.read_snapshot("r") == (at, snap(at, final=True))
+    assert await seqs(store, "r", at) == list(range(at, 5))
+    assert [p.after_seq for p in await store.read_state_patches("r")] == list(range(at, 5))
+    assert await store.read_stream("r") == [StreamItem(0, {"ev": 1})]
+    entry = await store.get_run("r")
+    assert entry is not None and (entry.status, entry.last_seq) == ("completed", 4)
+    assert entry.outcome == RunOutcome(result={"r": 1})
+
+
+async def test_an_append_with_a_snapshot_refused_by_its_fence_writes_nothing(
+    store: Any,
+) -> None:
+    lease = await _owned(store)
+    for bad, first in [(Lease("r", "w1", lease.epoch + 1), 2), (lease, 3)]:
+        with pytest.raises(LeaseLost):
+            await store.append(
+                "r",
+                [rec(first)],
+                StatePatch(first, [{"op": "add", "path": "/a", "value": 1}]),
+                "completed",
+                lease=bad,
+                snapshot=(first + 1, snap(first + 1)),
+            )
+        assert await seqs(store, "r") == [0, 1]
+        assert await store.read_state_patches("r") == []
+        assert await store.read_snapshot("r") == (0, snap())
+        entry = await store.get_run("r")
+        assert entry is not None and (entry.status, entry.last_seq) == ("running", 1)
+    with pytest.raises(JournalError, match="nope"):
+        await store.append("nope", [rec(0)], snapshot=(1, snap(1)))
+
+
 async def test_alive_time_never_goes_back(store: Any) -> None:
     store.register_run("r", "wf", snap())
     await store.record_alive_time("r", 7.5)

@@ -10,7 +10,8 @@ lease (group commit):
 * the inbox items those records consumed (each external event enters the journal once);
 * the events they published, at their stream positions (so another process can follow
   the run, and a failover never publishes an event twice);
-* the run's outcome, when the drain ended it.
+* the run's outcome, when the drain ended it, and its final compacting snapshot (when
+  the store ``appends_snapshots``; otherwise that snapshot is a second call).
 
 A compacting snapshot (run state + state store) is written at registration, every
 ``compact_every`` records, and with the last records of a finished run (before its
@@ -257,6 +258,11 @@ class DurableWriter:
             records = [self._encode(tick, seq) for tick, seq in batch]
             patch = self._state_patch(records[-1].seq)
             final = _FINAL.get(state.status)
+            # The final snapshot rides in the final append's transaction when the store
+            # can take it: a finished run is never left uncompacted, and one store call
+            # fewer per run.
+            closing = self._final_snapshot(state, batch, final) if final is not None else None
+            extra: dict[str, Any] = {} if closing is None else {"snapshot": closing}
             began = time.monotonic()
             await self.store.append(
                 self.run_id,
@@ -267,6 +273,7 @@ class DurableWriter:
                 consumed=self._consumed(batch),
                 stream=published,
                 outcome=self._outcome() if final is not None else None,
+                **extra,
             )
         except BaseException as error:
             self._settle(batch, error)
@@ -274,7 +281,9 @@ class DurableWriter:
         metrics.record("tickwork.journal.append_latency", time.monotonic() - began)
         self._settle(batch, None)
         self._since_snapshot += len(records)
-        if final is not None or self._since_snapshot >= self.compact_every:
+        if closing is not None:
+            self._since_snapshot = 0
+        elif final is not None or self._since_snapshot >= self.compact_every:
             snapshot = self._snapshot(state)
             if final == "failed":
                 snapshot["failure"] = _failure(batch)
@@ -282,6 +291,17 @@ class DurableWriter:
                 self.run_id, state.journal_seq, snapshot, lease=self.lease
             )
             self._since_snapshot = 0
+
+    def _final_snapshot(
+        self, state: RunState, batch: list[tuple[Tick, int]], final: RunStatus
+    ) -> tuple[int, dict[str, Any]] | None:
+        """The final snapshot for the final append, when the store takes one there."""
+        if not getattr(self.store, "appends_snapshots", False):
+            return None
+        snapshot = self._snapshot(state)
+        if final == "failed":
+            snapshot["failure"] = _failure(batch)
+        return state.journal_seq, snapshot
 
     def _consumed(self, batch: list[tuple[Tick, int]]) -> list[int]:
         if not self._inbox:

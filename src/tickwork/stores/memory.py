@@ -100,6 +100,9 @@ class _Run:
 class InMemoryJournal:
     """Keeps journals in this process.  Same semantics as the SQLite store, no disk."""
 
+    #: ``append`` takes ``snapshot=`` (see ``JournalStore.appends_snapshots``).
+    appends_snapshots = True
+
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
         self._workers: dict[str, WorkerEntry] = {}
@@ -224,6 +227,7 @@ class InMemoryJournal:
         consumed: Sequence[int] = (),
         stream: Sequence[StreamItem] = (),
         outcome: RunOutcome | None = None,
+        snapshot: tuple[int, dict[str, Any]] | None = None,
     ) -> None:
         run = self._run(run_id)
         self._fence(run_id, run, lease, "appending records")
@@ -257,6 +261,8 @@ class InMemoryJournal:
             run.status = final_status
             run.outcome = outcome
             run.lease_until = None
+        if snapshot is not None:
+            self._compact(run, *snapshot)
         run.updated_at = time.time()
         if final_status is not None or stream:
             self._notify()

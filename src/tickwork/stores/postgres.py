@@ -83,6 +83,9 @@ class PostgresJournal(PostgresFleetStore):
     (or ``check``); ``close`` closes every connection.
     """
 
+    #: ``append`` takes ``snapshot=`` (see ``JournalStore.appends_snapshots``).
+    appends_snapshots = True
+
     # -- registering and submitting runs ------------------------------------------
 
     def register_run(
@@ -230,6 +233,7 @@ class PostgresJournal(PostgresFleetStore):
         consumed: Sequence[int] = (),
         stream: Sequence[StreamItem] = (),
         outcome: RunOutcome | None = None,
+        snapshot: tuple[int, dict[str, Any]] | None = None,
     ) -> None:
         first = records[0].seq if records else None
         last = records[-1].seq if records else None
@@ -258,6 +262,17 @@ class PostgresJournal(PostgresFleetStore):
             "result": final[0],
             "error": final[1],
         }
+        closing: tuple[str, dict[str, Any]] | None = None
+        if snapshot is not None:
+            snap_seq, snap = snapshot
+            closing = (
+                snapshot_statement(self.schema, fenced=lease is not None),
+                fence_params(run_id, lease)
+                | {
+                    "seq": snap_seq,
+                    "data": dumps(snap, self._label(run_id, snap_seq), "the snapshot"),
+                },
+            )
         sql = append_statement(
             self.schema,
             fenced=lease is not None,
@@ -273,6 +288,16 @@ class PostgresJournal(PostgresFleetStore):
         notify = final_status is not None or bool(stream)
 
         def write(conn: Connection, attempt: int) -> None:
+            if closing is not None:
+                # Two statements, one transaction (committed as the pool hands the
+                # connection back): a snapshot statement cannot see the records the
+                # append statement inserts, so it could not drop them.
+                if attempt and self._already_appended(conn, params, lease, final_status, closing):
+                    return
+                self._execute_append(conn, sql, params, lease, closing)
+                if notify:
+                    self._notify(conn, run_id)
+                return
             with autocommit(conn):  # the append is one statement (each step waits on it)
                 if attempt and self._already_appended(conn, params, lease, final_status):
                     return
@@ -290,7 +315,8 @@ class PostgresJournal(PostgresFleetStore):
         else:
             action = f"appending seqs {first}..{last}"
         retried = 0
-        if self._pool is not None and self._lane.take():
+        # The lane runs single statements: an append with a snapshot takes a thread.
+        if closing is None and self._pool is not None and self._lane.take():
             try:
                 row = await self._lane.run(sql, params)
             except psycopg.errors.UniqueViolation as error:
@@ -306,14 +332,27 @@ class PostgresJournal(PostgresFleetStore):
         await self._call(write, action=action, run_id=run_id, first_attempt=retried)
 
     def _execute_append(
-        self, conn: Connection, sql: str, params: dict[str, Any], lease: Lease | None
+        self,
+        conn: Connection,
+        sql: str,
+        params: dict[str, Any],
+        lease: Lease | None,
+        closing: tuple[str, dict[str, Any]] | None = None,
     ) -> None:
-        """Run the append statement; a refused fence raises ``LeaseLost``."""
+        """Run the append statement, then ``closing`` (the snapshot statement and its
+        parameters), when given, in the same transaction; a refused fence raises
+        ``LeaseLost``."""
         try:
             row = conn.execute(sql, params).fetchone()
         except psycopg.errors.UniqueViolation as error:
             raise self._seq_taken(params) from error
         self._check_appended(conn, row, params, lease)
+        if closing is not None:
+            # The append kept the fence (its row is locked until the commit): the
+            # snapshot's own fence holds too.
+            snapped = conn.execute(*closing).fetchone()
+            if snapped is None or not snapped[0]:
+                raise self._refused(conn, params["run_id"], lease, "writing a snapshot", None)
 
     def _seq_taken(self, params: dict[str, Any]) -> JournalError:
         """The error of an append refused because one of its seqs is already stored."""
@@ -342,13 +381,16 @@ class PostgresJournal(PostgresFleetStore):
         params: dict[str, Any],
         lease: Lease | None,
         final_status: RunStatus | None,
+        closing: tuple[str, dict[str, Any]] | None = None,
     ) -> bool:
         """After a lost acknowledgement: whether this append was committed.
 
         Fenced, it was when the run is at the same epoch and its journal ends at the
         batch's last seq (nobody else can write at that epoch); unfenced, when the
-        batch's last record is stored with the same text.  A batch without records that
-        finished the run was committed when the run has that status.
+        batch's last record is stored with the same text (with a compacting snapshot,
+        which drops that record: when the snapshot is stored with the same text).  A
+        batch without records that finished the run was committed when the run has that
+        status.
         """
         run_id, last = params["run_id"], params["last"]
         row = conn.execute(
@@ -363,6 +405,12 @@ class PostgresJournal(PostgresFleetStore):
             return final_status is not None and status == final_status
         if lease is not None:
             return bool(last_seq == last)
+        if closing is not None:
+            snap = conn.execute(
+                f"SELECT data::text FROM {self._q}.snapshots WHERE run_id = %s AND seq = %s",
+                (run_id, closing[1]["seq"]),
+            ).fetchone()
+            return snap is not None and snap[0] == closing[1]["data"]
         stored = conn.execute(
             f"SELECT data::text FROM {self._q}.records WHERE run_id = %s AND seq = %s",
             (run_id, last),

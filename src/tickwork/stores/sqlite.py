@@ -111,6 +111,9 @@ class SqliteJournal:
     one file at once.
     """
 
+    #: ``append`` takes ``snapshot=`` (see ``JournalStore.appends_snapshots``).
+    appends_snapshots = True
+
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         check_journal_path(self.path)
@@ -317,6 +320,7 @@ class SqliteJournal:
         consumed: Sequence[int] = (),
         stream: Sequence[StreamItem] = (),
         outcome: RunOutcome | None = None,
+        snapshot: tuple[int, dict[str, Any]] | None = None,
     ) -> None:
         rows = writes.AppendRows(
             run_id,
@@ -330,6 +334,7 @@ class SqliteJournal:
             outcome,
             lease,
             is_progress(records),
+            None if snapshot is None else (snapshot[0], json.dumps(snapshot[1])),
         )
         write = functools.partial(writes.append, path=self.path, rows=rows, now=time.time())
         await self._write(write, run_id=run_id, action="appending records")

@@ -178,7 +178,8 @@ def _append_sql(has_records: bool, progress: bool, final: bool, fenced: bool) ->
 @dataclass(frozen=True)
 class AppendRows:
     """One append, encoded: ``records`` are ``(run_id, seq, json)`` rows in batch order,
-    ``patch`` a state-patch row, ``stream`` ``(run_id, seq, json)`` rows."""
+    ``patch`` a state-patch row, ``stream`` ``(run_id, seq, json)`` rows, ``snapshot``
+    a compacting snapshot ``(seq, json)`` written last."""
 
     run_id: str
     records: list[tuple[str, int, str]]
@@ -189,12 +190,13 @@ class AppendRows:
     outcome: RunOutcome | None
     lease: Lease | None
     progress: bool
+    snapshot: tuple[int, str] | None = None
 
 
 def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) -> None:
     """``append`` (store.py), inside the caller's transaction: the fenced ``UPDATE
-    runs``, then the records, the state patch, the consumed inbox items and the stream
-    items."""
+    runs``, then the records, the state patch, the consumed inbox items, the stream
+    items and the compacting snapshot (dropping the history before it)."""
     run_id, records, lease = rows.run_id, rows.records, rows.lease
     first = records[0][1] if records else None
     args: list[Any] = [now]
@@ -232,6 +234,8 @@ def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) ->
         )
     if rows.stream:
         conn.executemany("INSERT OR REPLACE INTO stream VALUES (?, ?, ?)", rows.stream)
+    if rows.snapshot is not None:
+        replace_snapshot(conn, run_id, *rows.snapshot)
 
 
 def write_snapshot(

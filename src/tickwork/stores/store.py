@@ -102,6 +102,12 @@ class JournalStore(Protocol):
     caller: ``register_run`` (``Workflow.run()`` is synchronous and returns its handler
     only once the run is durable) and ``renew_leases`` (called by a dedicated thread, so
     that a blocked event loop cannot starve a worker's heartbeat).
+
+    A store whose ``append`` takes ``snapshot=`` says so with a class attribute
+    ``appends_snapshots = True`` (the built-in stores do): a run then writes its final
+    compacting snapshot in the transaction of its final append.  A store without the
+    attribute (one written before the keyword existed) is never passed it, and gets
+    the final snapshot through ``write_snapshot`` after the append, as before.
     """
 
     # -- registering and submitting runs ------------------------------------------
@@ -160,6 +166,7 @@ class JournalStore(Protocol):
         consumed: Sequence[int] = (),
         stream: Sequence[StreamItem] = (),
         outcome: RunOutcome | None = None,
+        snapshot: tuple[int, dict[str, Any]] | None = None,
     ) -> None:
         """Append records (and the state patch after them) in one transaction.
 
@@ -168,7 +175,12 @@ class JournalStore(Protocol):
         ``outcome``) marks the run finished, so a run whose last records are durable is
         never mistaken for an interrupted one.  A successful append of progress
         (``is_progress``) resets the run's poison counter.  Fenced by ``lease`` when
-        given (``LeaseLost``).
+        given (``LeaseLost``): a refused append writes nothing.
+
+        ``snapshot`` ``(seq, snapshot)`` (only passed to a store declaring
+        ``appends_snapshots``): a compacting snapshot taken before record ``seq``,
+        written after the records in the same transaction, dropping the older history
+        as ``write_snapshot`` does.
         """
 
     def read(self, run_id: str, from_seq: int = 0) -> AsyncIterator[JournalRecord]:
