@@ -284,9 +284,7 @@ class DurableWriter:
         if closing is not None:
             self._since_snapshot = 0
         elif final is not None or self._since_snapshot >= self.compact_every:
-            snapshot = self._snapshot(state)
-            if final == "failed":
-                snapshot["failure"] = _failure(batch)
+            snapshot = self._compacting_snapshot(state, batch, final)
             await self.store.write_snapshot(
                 self.run_id, state.journal_seq, snapshot, lease=self.lease
             )
@@ -298,10 +296,16 @@ class DurableWriter:
         """The final snapshot for the final append, when the store takes one there."""
         if not getattr(self.store, "appends_snapshots", False):
             return None
+        return state.journal_seq, self._compacting_snapshot(state, batch, final)
+
+    def _compacting_snapshot(
+        self, state: RunState, batch: list[tuple[Tick, int]], final: RunStatus | None
+    ) -> dict[str, Any]:
+        """A snapshot of ``state`` after ``batch``; a failed run's says why it failed."""
         snapshot = self._snapshot(state)
         if final == "failed":
             snapshot["failure"] = _failure(batch)
-        return state.journal_seq, snapshot
+        return snapshot
 
     def _consumed(self, batch: list[tuple[Tick, int]]) -> list[int]:
         if not self._inbox:
