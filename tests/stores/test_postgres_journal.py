@@ -746,15 +746,23 @@ async def test_append_and_renewals_survive_a_killed_connection(
     assert store.renew_leases("w1", [lease], 30) == {"r1"}
 
 
+def _fenced_and_unfenced_on_the_threaded_path(
+    store: PostgresJournal, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, Any]:
+    """Register runs "fenced" (owned by w1: its lease is returned) and "unfenced", and
+    keep appends on the threaded path (the asyncio lane's own failures:
+    test_postgres_lane.py); also return the store's unpatched ``_execute_append``."""
+    lease = store.register_run("fenced", "Flow", SNAPSHOT, owner="w1")
+    store.register_run("unfenced", "Flow", SNAPSHOT)
+    monkeypatch.setattr(store._lane, "take", lambda: False)
+    return lease, store._execute_append
+
+
 @pytest.mark.anyio
 async def test_a_lost_commit_acknowledgement_is_not_a_lost_or_doubled_record(
     store: PostgresJournal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lease = store.register_run("fenced", "Flow", SNAPSHOT, owner="w1")
-    store.register_run("unfenced", "Flow", SNAPSHOT)
-    # The threaded path (the asyncio lane's own failures: test_postgres_lane.py).
-    monkeypatch.setattr(store._lane, "take", lambda: False)
-    original = store._execute_append
+    lease, original = _fenced_and_unfenced_on_the_threaded_path(store, monkeypatch)
     failures: list[str] = []
 
     def commit_then_lose_the_ack(conn: Any, text: str, params: dict[str, Any], fence: Any) -> None:
@@ -796,10 +804,7 @@ async def test_a_final_append_with_a_snapshot_whose_ack_is_lost_is_not_redone(
 ) -> None:
     # The retry finds the append committed (the snapshot dropped its last record):
     # it neither fails on a taken seq nor writes anything twice.
-    lease = store.register_run("fenced", "Flow", SNAPSHOT, owner="w1")
-    store.register_run("unfenced", "Flow", SNAPSHOT)
-    monkeypatch.setattr(store._lane, "take", lambda: False)
-    original = store._execute_append
+    lease, original = _fenced_and_unfenced_on_the_threaded_path(store, monkeypatch)
     calls: list[str] = []
 
     def commit_then_lose_the_ack(
