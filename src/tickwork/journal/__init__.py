@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from tickwork.stores.store import JournalError as JournalError
     from tickwork.stores.store import JournalStore as JournalStore
     from tickwork.stores.store import RunEntry as RunEntry
+    from tickwork.stores.store import SnapshotAppendingStore as SnapshotAppendingStore
     from tickwork.stores.store import StatePatch as StatePatch
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "JournalStore",
     "RecoveryResult",
     "RunEntry",
+    "SnapshotAppendingStore",
     "SqliteJournal",
     "StatePatch",
     "load_run",
@@ -58,6 +60,7 @@ if not TYPE_CHECKING:
             "JournalError": "tickwork.stores.store",
             "JournalStore": "tickwork.stores.store",
             "RunEntry": "tickwork.stores.store",
+            "SnapshotAppendingStore": "tickwork.stores.store",
             "StatePatch": "tickwork.stores.store",
         },
     )

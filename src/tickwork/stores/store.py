@@ -70,6 +70,7 @@ __all__ = [
     "RunEntry",
     "RunOutcome",
     "RunStatus",
+    "SnapshotAppendingStore",
     "StatePatch",
     "StreamItem",
     "WorkerEntry",
@@ -103,11 +104,9 @@ class JournalStore(Protocol):
     only once the run is durable) and ``renew_leases`` (called by a dedicated thread, so
     that a blocked event loop cannot starve a worker's heartbeat).
 
-    A store whose ``append`` takes ``snapshot=`` says so with a class attribute
-    ``appends_snapshots = True`` (the built-in stores do): a run then writes its final
-    compacting snapshot in the transaction of its final append.  A store without the
-    attribute (one written before the keyword existed) is never passed it, and gets
-    the final snapshot through ``write_snapshot`` after the append, as before.
+    A store may also take the final compacting snapshot in its final append's
+    transaction: see ``SnapshotAppendingStore``.  One that does not (a store written
+    before that existed) gets it through ``write_snapshot`` after the append.
     """
 
     # -- registering and submitting runs ------------------------------------------
@@ -166,7 +165,6 @@ class JournalStore(Protocol):
         consumed: Sequence[int] = (),
         stream: Sequence[StreamItem] = (),
         outcome: RunOutcome | None = None,
-        snapshot: tuple[int, dict[str, Any]] | None = None,
     ) -> None:
         """Append records (and the state patch after them) in one transaction.
 
@@ -176,11 +174,6 @@ class JournalStore(Protocol):
         never mistaken for an interrupted one.  A successful append of progress
         (``is_progress``) resets the run's poison counter.  Fenced by ``lease`` when
         given (``LeaseLost``): a refused append writes nothing.
-
-        ``snapshot`` ``(seq, snapshot)`` (only passed to a store declaring
-        ``appends_snapshots``): a compacting snapshot taken before record ``seq``,
-        written after the records in the same transaction, dropping the older history
-        as ``write_snapshot`` does.
         """
 
     def read(self, run_id: str, from_seq: int = 0) -> AsyncIterator[JournalRecord]:
@@ -341,3 +334,33 @@ class JournalStore(Protocol):
         tell an inbox item from the run's other changes returns on any of them (the
         pump then reads an inbox with nothing new); one that can spares the pump of a
         busy run a read per commit."""
+
+
+@runtime_checkable
+class SnapshotAppendingStore(JournalStore, Protocol):
+    """A ``JournalStore`` whose ``append`` also writes a compacting snapshot.
+
+    It says so at run time with the class attribute ``appends_snapshots = True`` (the
+    built-in stores do); a run then writes its final snapshot in the transaction of its
+    final append, so a finished run is never left uncompacted.  A store without the
+    attribute is never passed ``snapshot=``.
+    """
+
+    appends_snapshots: bool
+
+    async def append(
+        self,
+        run_id: str,
+        records: Sequence[JournalRecord],
+        state_patch: StatePatch | None = None,
+        final_status: RunStatus | None = None,
+        *,
+        lease: Lease | None = None,
+        consumed: Sequence[int] = (),
+        stream: Sequence[StreamItem] = (),
+        outcome: RunOutcome | None = None,
+        snapshot: tuple[int, dict[str, Any]] | None = None,
+    ) -> None:
+        """``JournalStore.append``, and with ``snapshot`` ``(seq, snapshot)``: a
+        compacting snapshot taken before record ``seq``, written after the records in
+        the same transaction, dropping the older history as ``write_snapshot`` does."""
