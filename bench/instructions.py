@@ -58,6 +58,7 @@ BODIES = {
         "async def body(n):\n"
         "    await _consume(workflow, n)"
     ),
+    "stream_raw": "from bench.stream_raw import _consume_raw as body",
     "stream_runs": "from bench.stream_runs import _streams as body",
     "snapshot": (
         "from bench.snapshot import _run\n"

@@ -48,6 +48,7 @@ SCENARIO_MODULES = {
     "retry": "bench.retry",
     "baseline_runs": "bench.baseline_runs",
     "concurrent_runs": "bench.concurrent_runs",
+    "stream_raw": "bench.stream_raw",
     "stream": "bench.stream",
     "stream_runs": "bench.stream_runs",
     "trio": "bench.trio_chain",

@@ -60,5 +60,6 @@ SCENARIO = Scenario(
     quick_sizes=(1_000, 10_000),
     measure=measure,
     note=_throughput,
+    vs_scenario="stream_raw",
     goal=">= 2x the 0.1 figure (223-240k events/s at 10k); 100k within 10% of 10k",
 )
