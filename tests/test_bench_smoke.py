@@ -137,7 +137,9 @@ def test_runner_table_for_the_baseline(capsys: pytest.CaptureFixture[str]) -> No
     lines = capsys.readouterr().out.splitlines()
     rows = [line.split() for line in lines if line.startswith("baseline ")]
     assert [row[1] for row in rows] == ["10", "100"]
-    assert rows[0][7] == "-" and float(rows[1][7]) > 0  # growth exponent column
+    # The growth exponent column: a number from the second size on. Its value is a
+    # timing (10 hops against 100 on a shared machine), so only its presence is checked.
+    assert rows[0][7] == "-" and math.isfinite(float(rows[1][7]))
 
 
 def test_a_failing_scenario_is_reported_not_skipped(
