@@ -4,7 +4,8 @@ worker thread.
 
 A durable run awaits each of its writes before it acts on them (write-ahead), so one
 run never has two writes in flight; what a busy store sees is many runs, each waiting
-for one write (and, beside each, an inbox pump waiting for one read).
+for one write (and, for a store read run by run, beside each an inbox pump waiting for
+one read).
 ``GroupCommit`` queues the calls: one that arrives while the store is idle goes at
 once, alone (a lone sequential run waits for nothing more than its own transaction);
 those that arrive while a batch is in flight wait for it to end and then go together,
