@@ -28,7 +28,7 @@ of it (api.md §24.2).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -253,35 +253,18 @@ class DurableWriter:
         if not self._pending:
             return
         batch, self._pending = self._pending, []
-        published, self._published = self._published, []
+        final = _FINAL.get(state.status)
         try:
-            records = [self._encode(tick, seq) for tick, seq in batch]
-            patch = self._state_patch(records[-1].seq)
-            final = _FINAL.get(state.status)
-            # The final snapshot rides in the final append's transaction when the store
-            # can take it: a finished run is never left uncompacted, and one store call
-            # fewer per run.
-            closing = self._final_snapshot(state, batch, final) if final is not None else None
-            extra: dict[str, Any] = {} if closing is None else {"snapshot": closing}
+            writing, closed = self._append(state, batch, final)
             began = time.monotonic()
-            await self.store.append(
-                self.run_id,
-                records,
-                patch,
-                final,
-                lease=self.lease,
-                consumed=self._consumed(batch),
-                stream=published,
-                outcome=self._outcome() if final is not None else None,
-                **extra,
-            )
+            await writing
         except BaseException as error:
             self._settle(batch, error)
             raise
         metrics.record("tickwork.journal.append_latency", time.monotonic() - began)
         self._settle(batch, None)
-        self._since_snapshot += len(records)
-        if closing is not None:
+        self._since_snapshot += len(batch)
+        if closed:
             self._since_snapshot = 0
         elif final is not None or self._since_snapshot >= self.compact_every:
             snapshot = self._compacting_snapshot(state, batch, final)
@@ -289,6 +272,36 @@ class DurableWriter:
                 self.run_id, state.journal_seq, snapshot, lease=self.lease
             )
             self._since_snapshot = 0
+
+    def _append(
+        self, state: RunState, batch: list[tuple[Tick, int]], final: RunStatus | None
+    ) -> tuple[Awaitable[None], bool]:
+        """The store's append of ``batch`` (await it), and whether the final snapshot
+        rides in it.
+
+        A frame of its own: the records, events and snapshot encoded here are the
+        store's to keep, not the frame of a run waiting for its commit (a store that
+        encodes them before it waits lets them go)."""
+        published, self._published = self._published, []
+        records = [self._encode(tick, seq) for tick, seq in batch]
+        patch = self._state_patch(records[-1].seq)
+        # The final snapshot rides in the final append's transaction when the store
+        # can take it: a finished run is never left uncompacted, and one store call
+        # fewer per run.
+        closing = self._final_snapshot(state, batch, final) if final is not None else None
+        extra: dict[str, Any] = {} if closing is None else {"snapshot": closing}
+        writing = self.store.append(
+            self.run_id,
+            records,
+            patch,
+            final,
+            lease=self.lease,
+            consumed=self._consumed(batch),
+            stream=published,
+            outcome=self._outcome() if final is not None else None,
+            **extra,
+        )
+        return writing, closing is not None
 
     def _final_snapshot(
         self, state: RunState, batch: list[tuple[Tick, int]], final: RunStatus
