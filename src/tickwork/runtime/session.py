@@ -627,10 +627,14 @@ class RunSession:
         if self.writer is not None:
             self.writer.record(tick, state.journal_seq - 1, commands)
 
-    async def commit(self) -> None:
-        """Group-commit the last drain's ticks to the journal store."""
-        if self.writer is not None:
-            await self.writer.commit(self.state)
+    def commit(self) -> Awaitable[None]:
+        """Group-commit the last drain's ticks to the journal store (await it).
+
+        The writer's own coroutine, not one of ours awaiting it: every journaled run
+        waiting for its commit holds its chain of coroutines."""
+        if self.writer is None:
+            return _nothing()
+        return self.writer.commit(self.state)
 
     async def heartbeat(self) -> None:
         """Record the alive time spent so far (a waiting run journals nothing)."""

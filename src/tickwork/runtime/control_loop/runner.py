@@ -21,7 +21,7 @@ import logging
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 import anyio
@@ -179,8 +179,10 @@ class LoopAdapter(Protocol):
     """While waiting, call ``heartbeat`` when nothing was committed for this long
     (``None``: never)."""
 
-    async def commit(self) -> None:
-        """Make the ticks reduced in the last drain durable (group commit)."""
+    def commit(self) -> Awaitable[None]:
+        """Make the ticks reduced in the last drain durable (group commit): what to
+        await."""
+        ...
 
     async def heartbeat(self) -> None:
         """Record that the run is still alive (its alive time, in journaled runs)."""
