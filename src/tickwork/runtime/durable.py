@@ -106,9 +106,10 @@ class DurableWriter:
         self._checkpoint: Any = None
         self._since_snapshot = 0
         # Acknowledgements awaited by senders, and inbox items turned into ticks, by the
-        # identity of their tick.
-        self._acks: dict[int, tuple[Tick, Ack]] = {}
-        self._inbox: dict[int, tuple[Tick, int]] = {}
+        # identity of their tick: made on first use (most runs have neither, and every
+        # live journaled run would hold two empty dictionaries).
+        self._acks: dict[int, tuple[Tick, Ack]] | None = None
+        self._inbox: dict[int, tuple[Tick, int]] | None = None
 
     @property
     def settled(self) -> bool:
@@ -166,17 +167,23 @@ class DurableWriter:
     def ack_when_durable(self, tick: Tick) -> Ack:
         """An ``Ack`` settled when ``tick`` is committed (``tick`` is not posted)."""
         ack = Ack()
+        if self._acks is None:
+            self._acks = {}
         self._acks[id(tick)] = (tick, ack)
         return ack
 
     def abandon_acks(self, reason: str) -> None:
         """The run ended: every tick still awaited will never be journaled."""
-        acks, self._acks = self._acks, {}
+        acks, self._acks = self._acks, None
+        if not acks:
+            return
         for _tick, ack in acks.values():
             ack.settle(WorkflowRuntimeError(f"run {self.run_id}: {reason}"))
 
     def consumes(self, tick: Tick, item_id: int) -> None:
         """``tick`` stands for inbox item ``item_id``: consume it when it is journaled."""
+        if self._inbox is None:
+            self._inbox = {}
         self._inbox[id(tick)] = (tick, item_id)
 
     # -- recording and committing ----------------------------------------------------------
