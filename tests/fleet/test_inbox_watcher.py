@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
-from tickwork.journal import SqliteJournal
+from tickwork.journal import InMemoryJournal, SqliteJournal
 from tickwork.runtime.inbox_watcher import _loop_watchers
 from tickwork.stores.records import JournalError
 
@@ -101,3 +102,25 @@ async def test_a_run_whose_inbox_cannot_be_read_fails_alone(tmp_path: Path) -> N
                 await broken
     finally:
         store.close()
+
+
+class _BrokenInbox(InMemoryJournal):
+    """A store read run by run (no ``read_inboxes``) whose inbox of ``broken`` fails."""
+
+    async def read_inbox(self, run_id: str) -> Any:
+        if run_id == "broken":
+            raise JournalError("run 'broken': the inbox cannot be read")
+        return await super().read_inbox(run_id)
+
+
+async def test_a_run_polling_its_own_inbox_fails_alone_when_it_cannot_be_read() -> None:
+    store = _BrokenInbox()
+    assert getattr(store, "read_inboxes", None) is None  # each run polls its own inbox
+    workflow = Waits(journal=store, timeout=None)
+    broken, fine = workflow.run(run_id="broken"), workflow.run(run_id="fine")
+    with anyio.fail_after(5):
+        with pytest.raises(JournalError, match=r"broken.*cannot be read"):
+            await broken
+        remote = await store.attach("fine")
+        assert await remote.send_event(Go(value=3))
+        assert await fine == 3

@@ -278,6 +278,12 @@ def _decode_string_dict(data: Any, serializer: BaseSerializer) -> DictState:
 # ---------------------------------------------------------------------------------------
 
 
+_DEFAULT_SERIALIZER = JsonSerializer()
+"""The serializer of checkpoints taken without one: shared (a default ``JsonSerializer``
+holds nothing that changes), not made per checkpoint (a journaled run takes one at each
+commit, and keeps the last)."""
+
+
 class StateCheckpoint(Generic[MODEL_T]):
     """A reference to one committed state, taken without copying.
 
@@ -290,7 +296,7 @@ class StateCheckpoint(Generic[MODEL_T]):
 
     def __init__(self, state: MODEL_T, serializer: BaseSerializer | None = None) -> None:
         self._state = state
-        self._serializer = serializer if serializer is not None else JsonSerializer()
+        self._serializer = serializer if serializer is not None else _DEFAULT_SERIALIZER
 
     @property
     def state(self) -> MODEL_T:

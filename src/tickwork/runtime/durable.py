@@ -28,7 +28,7 @@ of it (api.md §24.2).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -106,9 +106,10 @@ class DurableWriter:
         self._checkpoint: Any = None
         self._since_snapshot = 0
         # Acknowledgements awaited by senders, and inbox items turned into ticks, by the
-        # identity of their tick.
-        self._acks: dict[int, tuple[Tick, Ack]] = {}
-        self._inbox: dict[int, tuple[Tick, int]] = {}
+        # identity of their tick: made on first use (most runs have neither, and every
+        # live journaled run would hold two empty dictionaries).
+        self._acks: dict[int, tuple[Tick, Ack]] | None = None
+        self._inbox: dict[int, tuple[Tick, int]] | None = None
 
     @property
     def settled(self) -> bool:
@@ -166,17 +167,23 @@ class DurableWriter:
     def ack_when_durable(self, tick: Tick) -> Ack:
         """An ``Ack`` settled when ``tick`` is committed (``tick`` is not posted)."""
         ack = Ack()
+        if self._acks is None:
+            self._acks = {}
         self._acks[id(tick)] = (tick, ack)
         return ack
 
     def abandon_acks(self, reason: str) -> None:
         """The run ended: every tick still awaited will never be journaled."""
-        acks, self._acks = self._acks, {}
+        acks, self._acks = self._acks, None
+        if not acks:
+            return
         for _tick, ack in acks.values():
             ack.settle(WorkflowRuntimeError(f"run {self.run_id}: {reason}"))
 
     def consumes(self, tick: Tick, item_id: int) -> None:
         """``tick`` stands for inbox item ``item_id``: consume it when it is journaled."""
+        if self._inbox is None:
+            self._inbox = {}
         self._inbox[id(tick)] = (tick, item_id)
 
     # -- recording and committing ----------------------------------------------------------
@@ -253,35 +260,18 @@ class DurableWriter:
         if not self._pending:
             return
         batch, self._pending = self._pending, []
-        published, self._published = self._published, []
+        final = _FINAL.get(state.status)
         try:
-            records = [self._encode(tick, seq) for tick, seq in batch]
-            patch = self._state_patch(records[-1].seq)
-            final = _FINAL.get(state.status)
-            # The final snapshot rides in the final append's transaction when the store
-            # can take it: a finished run is never left uncompacted, and one store call
-            # fewer per run.
-            closing = self._final_snapshot(state, batch, final) if final is not None else None
-            extra: dict[str, Any] = {} if closing is None else {"snapshot": closing}
+            writing, closed = self._append(state, batch, final)
             began = time.monotonic()
-            await self.store.append(
-                self.run_id,
-                records,
-                patch,
-                final,
-                lease=self.lease,
-                consumed=self._consumed(batch),
-                stream=published,
-                outcome=self._outcome() if final is not None else None,
-                **extra,
-            )
+            await writing
         except BaseException as error:
             self._settle(batch, error)
             raise
         metrics.record("tickwork.journal.append_latency", time.monotonic() - began)
         self._settle(batch, None)
-        self._since_snapshot += len(records)
-        if closing is not None:
+        self._since_snapshot += len(batch)
+        if closed:
             self._since_snapshot = 0
         elif final is not None or self._since_snapshot >= self.compact_every:
             snapshot = self._compacting_snapshot(state, batch, final)
@@ -289,6 +279,36 @@ class DurableWriter:
                 self.run_id, state.journal_seq, snapshot, lease=self.lease
             )
             self._since_snapshot = 0
+
+    def _append(
+        self, state: RunState, batch: list[tuple[Tick, int]], final: RunStatus | None
+    ) -> tuple[Awaitable[None], bool]:
+        """The store's append of ``batch`` (await it), and whether the final snapshot
+        rides in it.
+
+        A frame of its own: the records, events and snapshot encoded here are the
+        store's to keep, not the frame of a run waiting for its commit (a store that
+        encodes them before it waits lets them go)."""
+        published, self._published = self._published, []
+        records = [self._encode(tick, seq) for tick, seq in batch]
+        patch = self._state_patch(records[-1].seq)
+        # The final snapshot rides in the final append's transaction when the store
+        # can take it: a finished run is never left uncompacted, and one store call
+        # fewer per run.
+        closing = self._final_snapshot(state, batch, final) if final is not None else None
+        extra: dict[str, Any] = {} if closing is None else {"snapshot": closing}
+        writing = self.store.append(
+            self.run_id,
+            records,
+            patch,
+            final,
+            lease=self.lease,
+            consumed=self._consumed(batch),
+            stream=published,
+            outcome=self._outcome() if final is not None else None,
+            **extra,
+        )
+        return writing, closing is not None
 
     def _final_snapshot(
         self, state: RunState, batch: list[tuple[Tick, int]], final: RunStatus

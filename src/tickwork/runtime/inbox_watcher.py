@@ -1,17 +1,17 @@
 """Reading the inboxes of a process's journaled runs: one watcher per store and event loop.
 
 Each journaled run turns the items other processes leave in its inbox (sends, cancels)
-into ticks (``Ownership.pump_inbox``).  A store that can read many inboxes in one call
+into ticks (``Ownership.open_inbox``).  A store that can read many inboxes in one call
 (``read_inboxes``, the SQLite store) gets one ``InboxWatcher`` per event loop: a task
 that reads the inboxes of every local run it serves at once, then waits for a send
 through the store, a run that joins, or the poll interval, whichever comes first.  A
 thousand live runs then cost one read per poll rather than a read, a timer and a
 wait each.
 
-A run joins with an ``InboxFeed`` and waits on it: the watcher posts the run's new
-items through the feed, and fails the feed (the run's wait raises the error) when the
-run's inbox cannot be read, as the run's own read would have raised.  The watcher's
-task ends when its last run leaves; the next run to join starts a new one.
+A run joins with an ``InboxFeed`` (no task or coroutine of its own): the watcher posts
+the run's new items through the feed, and fails the feed (which ends the run with the
+error) when the run's inbox cannot be read, as the run's own read would have.  The
+watcher's task ends when its last run leaves; the next run to join starts a new one.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tickwork.runtime.types.ticks import Tick
 from tickwork.stores import metrics
 from tickwork.stores.records import InboxItem
 
-__all__ = ["INBOX_POLL_SECONDS", "InboxFeed", "InboxWatcher", "watch_inbox"]
+__all__ = ["INBOX_POLL_SECONDS", "InboxFeed", "InboxWatcher", "join_watcher"]
 
 INBOX_POLL_SECONDS = 1.0
 """How often a running session looks for inbox items when the store sends no
@@ -37,27 +37,30 @@ notification."""
 
 
 class InboxFeed:
-    """One run's way in from its inbox: the items already turned into ticks, and the
-    error that ends the run's wait when its inbox cannot be read.
+    """One run's way in from its inbox: the items already turned into ticks, and what
+    reads them for it.
 
     ``owner.tick_for(item, serializer)`` makes the tick of an item (``None``: skip it),
-    ``owner.writer.consumes`` marks it as standing for the item, and ``post`` feeds it
-    to the run.  Slotted, with nothing bound per run: a thousand waiting runs each hold
-    one (the garbage collector walks them all).
+    ``owner.writer.consumes`` marks it as standing for the item, and
+    ``run.post_external`` feeds it to the run; ``run.inbox_failed(error)`` ends the run
+    when its inbox cannot be read.  ``source`` is what reads the inbox: the event
+    loop's ``InboxWatcher`` that serves the feed, or for the run's own polling task, a
+    function that cancels it); ``close`` lets go of it.  Slotted, with
+    nothing bound per run: a thousand waiting runs each hold one (the garbage collector
+    walks them all).
     """
 
-    __slots__ = ("error", "owner", "post", "serializer", "taken", "waiter")
+    __slots__ = ("error", "owner", "run", "serializer", "source", "taken")
 
-    def __init__(self, owner: Any, serializer: Any, post: Callable[[Tick], None]) -> None:
+    def __init__(self, owner: Any, serializer: Any, run: Any) -> None:
         self.owner = owner
         self.serializer = serializer
-        self.post = post
+        self.run = run
         # Items turned into ticks and not yet consumed in the store (they are read again
         # until the commit that journals them).
         self.taken: set[int] = set()
         self.error: BaseException | None = None
-        # What ``watch_inbox`` waits on: an asyncio future, or an ``anyio.Event``.
-        self.waiter: Any = None
+        self.source: Any = None
 
     @property
     def run_id(self) -> str:
@@ -80,18 +83,37 @@ class InboxFeed:
                 continue
             self.owner.writer.consumes(tick, item.item_id)
             metrics.record("tickwork.fleet.inbox_lag", max(0.0, time.time() - item.created_at))
-            self.post(tick)
+            self.run.post_external(tick)
 
     def fail(self, error: BaseException) -> None:
-        """End the run's wait with ``error`` (its inbox cannot be read)."""
+        """End the run with ``error`` (its inbox cannot be read)."""
         if self.error is not None:
             return
         self.error = error
-        waiter = self.waiter
-        if isinstance(waiter, anyio.Event):
-            waiter.set()
-        elif waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self.run.inbox_failed(error)
+
+    def close(self) -> None:
+        """Stop reading the run's inbox (its loop ended), and let go of the run: a
+        polling task may take a turn to unwind, and must not keep the run meanwhile."""
+        self.run = _NO_RUN
+        source, self.source = self.source, None
+        if isinstance(source, InboxWatcher):
+            source.leave(self)
+        elif source is not None:
+            source()  # cancels the run's own polling task
+
+
+class _NoRun:
+    """The run of a closed feed: what reaches it is dropped (the run's loop ended)."""
+
+    def post_external(self, tick: Tick) -> None:
+        pass
+
+    def inbox_failed(self, error: BaseException) -> None:
+        pass
+
+
+_NO_RUN = _NoRun()
 
 
 class InboxWatcher:
@@ -211,11 +233,9 @@ def _loop_watchers() -> dict[int, InboxWatcher]:
     return found
 
 
-async def watch_inbox(store: Any, feed: InboxFeed) -> None:
-    """Have this event loop's watcher of ``store`` serve ``feed`` until cancelled; raise
-    the error that ends the feed (its inbox cannot be read)."""
-    loop = running_asyncio_loop()
-    feed.waiter = anyio.Event() if loop is None else loop.create_future()
+def join_watcher(store: Any, feed: InboxFeed) -> None:
+    """Have this event loop's watcher of ``store`` serve ``feed`` until ``feed.close()``
+    (it starts one if there is none)."""
     watchers = _loop_watchers()
     watcher = watchers.get(id(store))
     if watcher is None:
@@ -229,10 +249,4 @@ async def watch_inbox(store: Any, feed: InboxFeed) -> None:
         watcher.start()
     else:
         watcher.join(feed)
-    try:
-        if feed.error is None:
-            await (feed.waiter.wait() if loop is None else feed.waiter)
-    finally:
-        watcher.leave(feed)
-    assert feed.error is not None
-    raise feed.error
+    feed.source = watcher

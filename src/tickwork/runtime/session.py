@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
     # Journaled runs only: imported where a run with a journal store needs them.
     from tickwork.runtime.durable import DurableWriter
+    from tickwork.runtime.inbox_watcher import InboxFeed
     from tickwork.runtime.ownership import Ownership
     from tickwork.stores.records import Lease, LeaseLost
 
@@ -213,6 +214,7 @@ class RunSession:
         "_early_ticks",
         "_home",
         "_host_done",
+        "_inbox",
         "_journal_waiter",
         "_limiters",
         "_post",
@@ -311,6 +313,8 @@ class RunSession:
         """The call plan of each step by name (the workflow's, shared by its runs)."""
         self.run_span: Any = None
         self._journal_waiter: anyio.Event | None = None
+        # A journaled run's inbox reader while its loop runs (see ``_drive``).
+        self._inbox: InboxFeed | None = None
         self.spawn_context = contextvars.copy_context()
         self.loop_thread = threading.get_ident()
         """The event loop's thread (``run()`` is called in it)."""
@@ -386,6 +390,9 @@ class RunSession:
                 if self.hard_aborted:
                     scope.cancel()
                 parked = await self._run_task(resumed) is PARKED
+            inbox = self._inbox
+            if inbox is not None and inbox.error is not None:
+                self._crashed(inbox.error)  # it cancelled the run (see inbox_failed)
         except BaseException as raised:  # the task must never leak into the event loop
             self._crashed(raised)
         finally:
@@ -406,8 +413,9 @@ class RunSession:
         own), so cancelling the task itself stops it at the same await; the
         ``CancelledError`` ends here, as the scope would have absorbed it (``_crashed``
         ignores a cancellation, as it does one that comes from outside).  A journaled
-        run keeps the scope: its task runs task groups of anyio's.  ``current_task`` is
-        asyncio's (this module imports asyncio only when it runs under it).
+        run keeps the scope: its store calls shield themselves in anyio scopes.
+        ``current_task`` is asyncio's (this module imports asyncio only when it runs
+        under it).
         """
         parked = False
         try:
@@ -450,6 +458,9 @@ class RunSession:
                 self.ownership.release()
         if self._post is _parked:
             self._unpark()
+        inbox, self._inbox = self._inbox, None
+        if inbox is not None:
+            inbox.close()
         # Let go of the loop (its post method): the loop refers to this session,
         # and an ended run must be freed by reference counting, not by the GC.
         self._post = _drop
@@ -539,8 +550,11 @@ class RunSession:
         self.run_span = start_run_span(
             self.run_id, self.config.workflow_name, self.start_event, self.start_event is None
         )
-        # A journaled run's inbox pump runs beside its loop (``beside``).
-        return run_loop(self, self.start_event, self.state, self.run_id)
+        loop = run_loop(self, self.start_event, self.state, self.run_id)
+        if self.ownership is not None:
+            # Read until the loop ends (``_close``); items posted meanwhile wait in it.
+            self._inbox = self.ownership.open_inbox(self, self.serializer, self.spawn_context)
+        return loop
 
     def stop_here(self) -> None:
         """Stop this session without ending the run (a worker parks it or hands it back).
@@ -583,6 +597,10 @@ class RunSession:
             self._close()
         elif self._cancel_scope is not None:
             self._cancel_scope.cancel()
+            lane = self.stream_lane
+            if self.durable and lane is not None:
+                # Now, not once the loop unwinds: it may be waiting for its store.
+                lane.cancel_steps()
 
     # -- LoopAdapter ---------------------------------------------------------------
 
@@ -609,15 +627,14 @@ class RunSession:
         if self.writer is not None:
             self.writer.record(tick, state.journal_seq - 1, commands)
 
-    async def commit(self) -> None:
-        """Group-commit the last drain's ticks to the journal store."""
-        if self.writer is not None:
-            await self.writer.commit(self.state)
+    def commit(self) -> Awaitable[None]:
+        """Group-commit the last drain's ticks to the journal store (await it).
 
-    async def beside(self) -> None:
-        """A journaled run's inbox pump, beside its loop (it never returns)."""
-        if self.ownership is not None:
-            await self.ownership.pump_inbox(self.post_external, self.serializer)
+        The writer's own coroutine, not one of ours awaiting it: every journaled run
+        waiting for its commit holds its chain of coroutines."""
+        if self.writer is None:
+            return _nothing()
+        return self.writer.commit(self.state)
 
     async def heartbeat(self) -> None:
         """Record the alive time spent so far (a waiting run journals nothing)."""
@@ -653,6 +670,12 @@ class RunSession:
         if self._journal_waiter is not None:
             self._journal_waiter.set()
             self._journal_waiter = None
+
+    def inbox_failed(self, error: BaseException) -> None:
+        """The run's inbox cannot be read: end the run with ``error`` (its task, once
+        cancelled, reports it), as a read of its own would have."""
+        if self.exit is None and not self.done.is_set():
+            self._stop_task()
 
     def post_external(self, tick: Tick) -> None:
         """Feed a tick from the caller's side (handler sends, cancel requests), or a

@@ -4,7 +4,8 @@ worker thread.
 
 A durable run awaits each of its writes before it acts on them (write-ahead), so one
 run never has two writes in flight; what a busy store sees is many runs, each waiting
-for one write (and, beside each, an inbox pump waiting for one read).
+for one write (and, for a store read run by run, beside each an inbox pump waiting for
+one read).
 ``GroupCommit`` queues the calls: one that arrives while the store is idle goes at
 once, alone (a lone sequential run waits for nothing more than its own transaction);
 those that arrive while a batch is in flight wait for it to end and then go together,
@@ -24,6 +25,7 @@ settle (shielded) and then raises the cancellation, so a write is never left hal
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -65,8 +67,9 @@ class PendingCall:
         self.error: BaseException | None = None
         self.taken = False  # its batch is in flight: it can no longer be withdrawn
         self.settled = False
-        # Set when the call settled, or when its caller must take the next batch.
-        self.wake: anyio.Event | None = None
+        # Set when the call settled, or when its caller must take the next batch: an
+        # asyncio future, or an ``anyio.Event`` under trio.
+        self.wake: Any = None
 
 
 class GroupCommit:
@@ -104,15 +107,18 @@ class GroupCommit:
             # Wait until the call settled, or until the queue it is in may go (then
             # this caller takes the batch: the first woken caller of the queue does).
             # Inline, not a helper coroutine: nearly every call of a busy store waits
-            # here, and each wake-up would resume one more frame.
+            # here, and each wake-up would resume one more frame.  Under asyncio the
+            # caller awaits a future of its own (what an ``anyio.Event`` gives each
+            # waiter, without its two coroutine layers).
+            loop = _asyncio_loop()
             while not pending.settled and (pending.taken or not self._turn):
-                wake = pending.wake = self._wake_for(pending)
+                wake = pending.wake = self._wake_for(pending, loop)
                 try:
-                    await wake.wait()
+                    await (wake if loop is not None else wake.wait())
                 except BaseException:
                     if pending.taken:  # in flight: learn how it ended first
                         with anyio.CancelScope(shield=True):
-                            await wake.wait()
+                            await self._until_settled(pending, loop)
                     else:
                         self._withdraw(pending)
                     raise
@@ -125,17 +131,31 @@ class GroupCommit:
             raise pending.error
         return pending.result
 
-    def _wake_for(self, pending: PendingCall) -> anyio.Event:
-        """The event ``pending``'s caller waits on: its own if its call is the first in
-        the queue (the hand-over wakes that caller alone), else the one the queue's
-        other callers share (one event per batch, not per call: they all wake only
-        when their batch settled)."""
+    def _wake_for(self, pending: PendingCall, loop: Any) -> Any:
+        """What ``pending``'s caller waits on: under asyncio (``loop``), a future of
+        its own; under trio, an event: its own if its call is the first in the queue
+        (the hand-over wakes that caller alone), else the one the queue's other
+        callers share (one event per batch, not per call: they all wake only when
+        their batch settled)."""
+        if loop is not None:
+            return loop.create_future()
         if self._queue and self._queue[0] is pending:
             return anyio.Event()
         followers = self._followers
         if followers is None or followers.is_set():
             followers = self._followers = anyio.Event()
         return followers
+
+    @staticmethod
+    async def _until_settled(pending: PendingCall, loop: Any) -> None:
+        """Wait until ``pending`` has settled (its caller was cancelled while its batch
+        was in flight): a cancelled future cannot be awaited again, an event can."""
+        while not pending.settled:
+            if loop is None:
+                await pending.wake.wait()
+            else:
+                pending.wake = loop.create_future()
+                await pending.wake
 
     def _withdraw(self, pending: PendingCall) -> None:
         """Take a queued call out (its caller was cancelled); if the queue's turn has
@@ -153,7 +173,7 @@ class GroupCommit:
             self._turn = True
             following = self._queue[0].wake
             assert following is not None
-            following.set()
+            _wake(following)
         else:
             self._busy = self._turn = False
 
@@ -178,9 +198,30 @@ class GroupCommit:
             for pending in batch:
                 pending.settled = True
                 wake = pending.wake
-                if wake is not None and not wake.is_set():  # a shared one: set once
-                    wake.set()
+                if wake is not None:
+                    _wake(wake)
             self._hand_over()
+
+
+def _asyncio_loop() -> Any:
+    """The asyncio event loop running in this thread, or ``None`` (trio)."""
+    if "asyncio" not in sys.modules:
+        return None
+    import asyncio
+
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _wake(wake: Any) -> None:
+    """Wake the caller(s) waiting on ``wake`` (a future or an event), once."""
+    if isinstance(wake, anyio.Event):
+        if not wake.is_set():  # a shared one: set once
+            wake.set()
+    elif not wake.done():  # a cancelled caller's future is done already
+        wake.set_result(None)
 
 
 def _failure(pending: PendingCall, error: BaseException) -> BaseException:

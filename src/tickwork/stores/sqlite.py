@@ -309,7 +309,7 @@ class SqliteJournal:
 
     # -- the journal -----------------------------------------------------------------
 
-    async def append(
+    def append(
         self,
         run_id: str,
         records: Sequence[JournalRecord],
@@ -321,7 +321,11 @@ class SqliteJournal:
         stream: Sequence[StreamItem] = (),
         outcome: RunOutcome | None = None,
         snapshot: tuple[int, dict[str, Any]] | None = None,
-    ) -> None:
+    ) -> Coroutine[Any, Any, None]:
+        """``append`` (store.py).  Encodes now and returns the write's coroutine (await
+        it): nothing the caller passed (records, events and snapshot as dictionaries)
+        stays referenced while the write waits for its batch, as a thousand durable runs
+        waiting for one commit would keep them all for the garbage collector to walk."""
         rows = writes.AppendRows(
             run_id,
             [(run_id, r.seq, json.dumps(r.data)) for r in records],
@@ -335,11 +339,17 @@ class SqliteJournal:
             lease,
             is_progress(records),
             None if snapshot is None else (snapshot[0], json.dumps(snapshot[1])),
+            self.path,
+            time.time(),
         )
-        write = functools.partial(writes.append, path=self.path, rows=rows, now=time.time())
-        await self._write(write, run_id=run_id, action="appending records")
+        write = self._write(rows, run_id=run_id, action="appending records")
         if final_status is not None or stream:
-            self._notify(run_id)
+            return self._notify_after(write, run_id)
+        return write
+
+    async def _notify_after(self, write: Coroutine[Any, Any, None], run_id: str) -> None:
+        await write
+        self._notify(run_id)
 
     async def write_snapshot(
         self, run_id: str, seq: int, snapshot: dict[str, Any], *, lease: Lease | None = None

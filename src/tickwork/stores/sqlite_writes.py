@@ -19,7 +19,6 @@ import contextlib
 import functools
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tickwork.stores.group_commit import PendingCall
@@ -175,22 +174,62 @@ def _append_sql(has_records: bool, progress: bool, final: bool, fenced: bool) ->
     return f"UPDATE runs SET {', '.join(sets)} WHERE {where}"
 
 
-@dataclass(frozen=True)
 class AppendRows:
     """One append, encoded: ``records`` are ``(run_id, seq, json)`` rows in batch order,
     ``patch`` a state-patch row, ``stream`` ``(run_id, seq, json)`` rows, ``snapshot``
-    a compacting snapshot ``(seq, json)`` written last."""
+    a compacting snapshot ``(seq, json)`` written last; made at ``now`` for the file at
+    ``path``.
 
-    run_id: str
-    records: list[tuple[str, int, str]]
-    patch: tuple[str, int, str] | None
-    stream: list[tuple[str, int, str]]
-    consumed: Sequence[int]
-    final_status: RunStatus | None
-    outcome: RunOutcome | None
-    lease: Lease | None
-    progress: bool
-    snapshot: tuple[int, str] | None = None
+    Calling it with a connection writes it (``append``): it is the call queue's body
+    itself (no ``functools.partial`` and keyword dict per append), and slotted, as every
+    durable run waiting for its commit holds one.
+    """
+
+    __slots__ = (
+        "consumed",
+        "final_status",
+        "lease",
+        "now",
+        "outcome",
+        "patch",
+        "path",
+        "progress",
+        "records",
+        "run_id",
+        "snapshot",
+        "stream",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        records: list[tuple[str, int, str]],
+        patch: tuple[str, int, str] | None,
+        stream: list[tuple[str, int, str]],
+        consumed: Sequence[int],
+        final_status: RunStatus | None,
+        outcome: RunOutcome | None,
+        lease: Lease | None,
+        progress: bool,
+        snapshot: tuple[int, str] | None,
+        path: str,
+        now: float,
+    ) -> None:
+        self.run_id = run_id
+        self.records = records
+        self.patch = patch
+        self.stream = stream
+        self.consumed = consumed
+        self.final_status = final_status
+        self.outcome = outcome
+        self.lease = lease
+        self.progress = progress
+        self.snapshot = snapshot
+        self.path = path
+        self.now = now
+
+    def __call__(self, conn: sqlite3.Connection) -> None:
+        append(conn, self.path, self, self.now)
 
 
 def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) -> None:

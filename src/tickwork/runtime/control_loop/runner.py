@@ -21,7 +21,7 @@ import logging
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 import anyio
@@ -115,6 +115,10 @@ class StreamLane(Protocol):
         """Account the writes not yet accounted, so that the state last given to the
         adapter's ``processed`` is up to date."""
 
+    def cancel_steps(self) -> None:
+        """Cancel the running step bodies now: the run is being stopped, and its loop
+        may be waiting for its journal store, which no cancellation interrupts."""
+
 
 PARKED = RunExit("parked")
 """The ``exit`` of a loop whose run parked (the run goes on without it)."""
@@ -175,13 +179,10 @@ class LoopAdapter(Protocol):
     """While waiting, call ``heartbeat`` when nothing was committed for this long
     (``None``: never)."""
 
-    async def commit(self) -> None:
-        """Make the ticks reduced in the last drain durable (group commit)."""
-
-    async def beside(self) -> None:
-        """Work that runs beside a durable run's loop while the loop runs (a journaled
-        run's inbox pump): cancelled when the loop ends; an error it raises ends the
-        loop with that error."""
+    def commit(self) -> Awaitable[None]:
+        """Make the ticks reduced in the last drain durable (group commit): what to
+        await."""
+        ...
 
     async def heartbeat(self) -> None:
         """Record that the run is still alive (its alive time, in journaled runs)."""
@@ -367,28 +368,28 @@ class _Loop:
         return post
 
     def _host(self, resumed: bool) -> Coroutine[Any, Any, RunExit]:
-        """The coroutine the run's task awaits: ``_drive`` itself for a journal-less
-        asyncio run (every coroutine between the task and the loop's wait is an object
-        that each live run holds); ``_drive`` in a nursery under trio, or beside a
-        canceller in a journaled asyncio run."""
-        if isinstance(self.pool, AsyncioPool) and not self.adapter.durable:
+        """The coroutine the run's task awaits: ``_drive`` itself under asyncio (every
+        coroutine between the task and the loop's wait is an object that each live run
+        holds), ``_drive`` in a nursery under trio.
+
+        asyncio step bodies are plain tasks, cancelled when this loop unwinds; a durable
+        loop may then be waiting for its store on a thread, which no cancellation
+        interrupts, so the adapter stopping such a run cancels the steps itself
+        (``cancel_steps``).  Under trio, cancelling the run's scope cancels the nursery
+        and its step bodies at once.
+        """
+        if isinstance(self.pool, AsyncioPool):
             return self._drive(resumed)
-        return self._host_nested(resumed)
+        return self._drive_in_nursery(resumed)
 
-    async def _host_nested(self, resumed: bool) -> RunExit:
+    async def _drive_in_nursery(self, resumed: bool) -> RunExit:
+        import trio
+
         pool = self.pool
-        if isinstance(pool, AsyncioPool):
-            await self._drive_beside(resumed)
-        else:
-            import trio
-
-            assert isinstance(pool, TrioPool)
-            async with trio.open_nursery() as nursery:
-                pool.attach(nursery)
-                if self.adapter.durable:
-                    # Cancelled with the workers: ``_stop`` cancels the nursery.
-                    nursery.start_soon(self.adapter.beside)
-                await self._drive(resumed)
+        assert isinstance(pool, TrioPool)
+        async with trio.open_nursery() as nursery:
+            pool.attach(nursery)
+            await self._drive(resumed)
         assert self.exit is not None
         return self.exit
 
@@ -401,30 +402,9 @@ class _Loop:
         self.settle_writes()
         self.adapter.stream_lane = None
 
-    async def _drive_beside(self, resumed: bool) -> None:
-        """``_drive``, beside one task that runs the adapter's ``beside`` work and
-        cancels the step bodies as soon as the run is cancelled.
-
-        asyncio step bodies are plain tasks, cancelled when this loop unwinds; a durable
-        loop may then be waiting for its store on a thread, which no cancellation
-        interrupts (a database that does not answer).  A session that lost its lease
-        must stop its step bodies at once all the same (trio's nursery does that).
-        One task does both jobs: a thousand journaled runs waiting at once each hold
-        it, its task group and its cancel scopes (the garbage collector walks them all).
-        """
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._beside_then_cancel_steps)
-            try:
-                await self._drive(resumed)
-            finally:
-                group.cancel_scope.cancel()
-
-    async def _beside_then_cancel_steps(self) -> None:
-        try:
-            await self.adapter.beside()
-            await anyio.sleep_forever()
-        finally:
-            self.pool.cancel_all()
+    def cancel_steps(self) -> None:
+        """Cancel every step body now (see ``StreamLane.cancel_steps``)."""
+        self.pool.cancel_all()
 
     async def _drive(self, resumed: bool) -> RunExit:
         """Drive the run until it ends or parks (its exit); the loop stops (``_stop``)
