@@ -75,6 +75,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tickwork.retry_policy._adapters",
             "tickwork._serde_fields",
             "tickwork._step_threads",
+            "tickwork._event_loop",
             "tickwork.errors",
             "tickwork.types",
             "tickwork.collect",

@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 
-from tickwork.runtime.control_loop._task_pool import running_asyncio_loop
+from tickwork._event_loop import running_asyncio_loop
 from tickwork.runtime.types.ticks import Tick
 from tickwork.stores import metrics
 from tickwork.stores.records import InboxItem

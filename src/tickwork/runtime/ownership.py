@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from tickwork.runtime.control_loop._task_pool import running_asyncio_loop
+from tickwork._event_loop import running_asyncio_loop
 from tickwork.runtime.durable import DurableWriter
 from tickwork.runtime.inbox_watcher import INBOX_POLL_SECONDS, InboxFeed, join_watcher
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick

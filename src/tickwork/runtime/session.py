@@ -31,6 +31,7 @@ import anyio
 if sys.version_info < (3, 11):  # pragma: no cover - anyio installs the backport there
     from exceptiongroup import BaseExceptionGroup
 
+from tickwork._event_loop import running_asyncio_loop
 from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import StopEvent, WorkflowFailedEvent
 from tickwork.runtime.control_loop._parking import (
@@ -39,7 +40,6 @@ from tickwork.runtime.control_loop._parking import (
     current_lot,
     lot_or_none,
 )
-from tickwork.runtime.control_loop._task_pool import running_asyncio_loop
 from tickwork.runtime.control_loop.runner import (
     PARKED,
     ResumedLoop,

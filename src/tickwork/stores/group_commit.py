@@ -25,13 +25,13 @@ settle (shielded) and then raises the cancellation, so a write is never left hal
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 
+from tickwork._event_loop import running_asyncio_loop
 from tickwork.stores.records import JournalError
 
 __all__ = ["GroupCommit", "PendingCall"]
@@ -110,7 +110,7 @@ class GroupCommit:
             # here, and each wake-up would resume one more frame.  Under asyncio the
             # caller awaits a future of its own (what an ``anyio.Event`` gives each
             # waiter, without its two coroutine layers).
-            loop = _asyncio_loop()
+            loop = running_asyncio_loop()
             while not pending.settled and (pending.taken or not self._turn):
                 wake = pending.wake = self._wake_for(pending, loop)
                 try:
@@ -201,18 +201,6 @@ class GroupCommit:
                 if wake is not None:
                     _wake(wake)
             self._hand_over()
-
-
-def _asyncio_loop() -> Any:
-    """The asyncio event loop running in this thread, or ``None`` (trio)."""
-    if "asyncio" not in sys.modules:
-        return None
-    import asyncio
-
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def _wake(wake: Any) -> None:

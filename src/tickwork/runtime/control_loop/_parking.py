@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from tickwork.runtime.control_loop._task_pool import running_asyncio_loop
+from tickwork._event_loop import running_asyncio_loop
 
 __all__ = ["ParkedRun", "ParkingLot", "TimerEntry", "current_lot", "lot_or_none"]
 

@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Coroutine
 from contextvars import Context
 from typing import Any
 
+from tickwork._event_loop import running_asyncio_loop
+
 __all__ = ["TaskPool", "AsyncioPool", "TrioPool", "running_asyncio"]
 
 
@@ -201,18 +203,6 @@ class TrioPool(TaskPool):
                     await event.wait()
         finally:
             self._event = None
-
-
-def running_asyncio_loop() -> Any:
-    """The asyncio event loop running in this thread, or ``None`` (trio, or no loop)."""
-    if "asyncio" not in sys.modules:
-        return None
-    import asyncio
-
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def running_asyncio() -> bool:
