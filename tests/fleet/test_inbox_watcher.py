@@ -124,3 +124,40 @@ async def test_a_run_polling_its_own_inbox_fails_alone_when_it_cannot_be_read() 
         remote = await store.attach("fine")
         assert await remote.send_event(Go(value=3))
         assert await fine == 3
+
+
+class _SlowInbox(InMemoryJournal):
+    """A store read run by run whose inbox read, like a database call on a worker
+    thread, must not be cut short once it started (it shields itself)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = anyio.Event()
+        self.reads: list[str] = []
+
+    async def read_inbox(self, run_id: str) -> Any:
+        with anyio.CancelScope(shield=True):
+            self.reading.set()
+            try:
+                await anyio.sleep(0.2)
+            except BaseException:
+                self.reads.append("cut")
+                raise
+            self.reads.append("done")
+        return await super().read_inbox(run_id)
+
+
+async def test_a_run_polling_its_own_inbox_lets_a_read_in_flight_finish_when_it_ends() -> None:
+    """Ending the run stops its poller through a cancel scope, which respects the store
+    call's shield: a bare task cancellation would cut it (and a database read on a
+    worker thread would lose its connection and capacity token on the way)."""
+    store = _SlowInbox()
+    handler = Waits(journal=store, timeout=None).run(run_id="slow")
+    with anyio.fail_after(5):
+        await store.reading.wait()
+        await handler.cancel_run()
+        with pytest.raises(Exception):  # noqa: B017 - whichever way a cancelled run ends
+            await handler
+        while not store.reads:
+            await anyio.sleep(0.01)
+    assert store.reads == ["done"]

@@ -125,8 +125,13 @@ class Ownership:
             return feed
         loop = running_asyncio_loop()
         if loop is not None:
-            task = context.copy().run(loop.create_task, self._poll_inbox(store, feed))
-            feed.source = task.cancel
+            # Cancelled through an anyio scope, not ``task.cancel()``: the store's calls
+            # shield themselves in anyio scopes (a read on a worker thread holds its
+            # connection and its capacity token until it returns), which a bare task
+            # cancellation would cut through.
+            scope: Any = anyio.CancelScope()
+            context.copy().run(loop.create_task, self._poll_in_scope(store, feed, scope))
+            feed.source = scope.cancel
         else:
             import trio
 
