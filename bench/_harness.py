@@ -65,6 +65,11 @@ class Scenario:
         return tuple(fitted)
 
 
+def events_per_second(n: int, median: float) -> str:
+    """A ``note`` for scenarios whose unit is an event: their throughput."""
+    return f"{n / median:,.0f} events/s"
+
+
 def expect(what: str, actual: object, expected: object) -> None:
     """Raise ``BenchmarkError`` unless ``actual == expected``."""
     if actual != expected:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from bench._harness import Scenario, expect, run_timed
+from bench._harness import Scenario, events_per_second, expect, run_timed
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
 
 
@@ -48,10 +48,6 @@ def measure(n: int) -> float:
     return run_timed(_timed, n)
 
 
-def _throughput(n: int, median: float) -> str:
-    return f"{n / median:,.0f} events/s"
-
-
 SCENARIO = Scenario(
     name="stream",
     summary="a step writes n events to the stream, the caller consumes them",
@@ -59,7 +55,7 @@ SCENARIO = Scenario(
     sizes=(10_000, 100_000),
     quick_sizes=(1_000, 10_000),
     measure=measure,
-    note=_throughput,
+    note=events_per_second,
     vs_scenario="stream_raw",
     goal=">= 2x the 0.1 figure (223-240k events/s at 10k); 100k within 10% of 10k",
 )

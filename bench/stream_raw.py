@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 
-from bench._harness import Scenario, expect, run_timed
+from bench._harness import Scenario, events_per_second, expect, run_timed
 from bench.stream import Tick
 
 
@@ -79,10 +79,6 @@ def measure(n: int) -> float:
     return run_timed(_timed, n)
 
 
-def _throughput(n: int, median: float) -> str:
-    return f"{n / median:,.0f} events/s"
-
-
 SCENARIO = Scenario(
     name="stream_raw",
     summary="raw asyncio: a task appends n pydantic events to a deque, the caller reads them",
@@ -90,6 +86,6 @@ SCENARIO = Scenario(
     sizes=(10_000, 100_000),
     quick_sizes=(1_000, 10_000),
     measure=measure,
-    note=_throughput,
+    note=events_per_second,
     goal="the floor of stream (the events, a buffer, an async iteration)",
 )
