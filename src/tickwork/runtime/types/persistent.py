@@ -311,22 +311,23 @@ _MISSING: Any = object()
 _SMALL = 8
 
 
-class _Small(dict[Any, Any]):
-    """The root of a map of 2 to ``_SMALL`` entries: a dict in insertion order, copied
-    (in C) on every write and never changed after."""
-
-    __slots__ = ()
-
-
 class PMap(Generic[K, V]):
     """An immutable hash map with O(log32 n) ``set``/``delete``.
 
-    Small maps, the common case for a step's in-flight invocations or waiters, keep
-    insertion order: one entry is its ``(key, value)`` pair itself (a parked run holds a
-    few one-entry maps, and a pair is a fraction of a dict), 2 to ``_SMALL`` entries a
-    dict copied on write (a dict copy and a lookup, in C, beat walking pairs in Python).
-    Larger maps are a hash array mapped trie, which iterates in hash order, so callers
-    that need a stable order (snapshots, commands) sort.
+    The root's type tells the representation (one ``type()`` test per operation):
+
+    * ``None``: no entry;
+    * a ``(key, value)`` tuple: one entry (a parked run holds a few one-entry maps, and
+      a pair is a fraction of a dict);
+    * a plain ``dict``: 2 to ``_SMALL`` entries in insertion order, copied on write with
+      ``dict.copy()`` (a C clone of the table: a copy and a lookup in C beat walking
+      pairs in Python, and a plain dict copies several times faster than a subclass);
+    * a one-element ``list`` holding the root node of a hash array mapped trie: larger
+      maps.  It iterates in hash order, so callers that need a stable order (snapshots,
+      commands) sort.
+
+    Small maps are the common case (a step's in-flight invocations, its waiters, a
+    run's streams).  Nothing ever mutates a root once it belongs to a map.
     """
 
     __slots__ = ("_root", "size")
@@ -351,11 +352,11 @@ class PMap(Generic[K, V]):
         if root is None:
             return default
         kind = type(root)
-        if kind is _Small:
+        if kind is dict:
             return root.get(key, default)
         if kind is tuple:
             return root[1] if root[0] == key else default
-        return _get(root, key, hash(key), 0, default)
+        return _get(root[0], key, hash(key), 0, default)
 
     def __getitem__(self, key: K) -> V:
         value = self.get(key, _MISSING)
@@ -372,54 +373,58 @@ class PMap(Generic[K, V]):
         if root is None:
             return PMap((key, value), 1)
         kind = type(root)
-        if kind is _Small:
+        if kind is dict:
             if key in root or self.size < _SMALL:
-                small = _Small(root)
+                small = root.copy()
                 small[key] = value
                 return PMap(small, len(small))
             trie: Any = {}
             for k, v in root.items():
                 trie, _ = _set(trie, k, v, hash(k), 0)
-            root = trie
+            node = trie
         elif kind is tuple:
             if root[0] == key:
                 return PMap((key, value), 1)
-            small = _Small((root,))
-            small[key] = value
-            return PMap(small, 2)
-        new_root, added = _set(root, key, value, hash(key), 0)
-        return PMap(new_root, self.size + (1 if added else 0))
+            return PMap({root[0]: root[1], key: value}, 2)
+        else:
+            node = root[0]
+        new_node, added = _set(node, key, value, hash(key), 0)
+        return PMap([new_node], self.size + (1 if added else 0))
 
     def delete(self, key: K) -> PMap[K, V]:
         """A new map without ``key`` (the same map when it is absent)."""
         root = self._root
         kind = type(root)
-        if kind is _Small:
+        if kind is dict:
             if key not in root:
                 return self
             if self.size == 2:
                 for pair in root.items():
                     if pair[0] != key:
                         return PMap(pair, 1)
-            small = _Small(root)
+            small = root.copy()
             del small[key]
             return PMap(small, len(small))
         if kind is tuple:
             return _EMPTY_MAP if root[0] == key else self
         if root is None:
             return self
-        new_root, removed = _delete(root, key, hash(key), 0)
-        return PMap(new_root, self.size - 1) if removed else self
+        new_node, removed = _delete(root[0], key, hash(key), 0)
+        if not removed:
+            return self
+        return PMap(None if new_node is None else [new_node], self.size - 1)
 
     def items(self) -> Iterator[tuple[K, V]]:
         """The ``(key, value)`` pairs (insertion order when small, else hash order)."""
         root = self._root
         kind = type(root)
-        if kind is _Small:
+        if kind is dict:
             return iter(root.items())
         if kind is tuple:
             return iter((root,))
-        return _walk(root)
+        if root is None:
+            return iter(())
+        return _walk(root[0])
 
     def keys(self) -> Iterator[K]:
         """The keys, in the order of ``items``."""
