@@ -59,8 +59,17 @@ class SlotPool:
 
     def acquire(self) -> tuple[int, SlotPool]:
         """The smallest free slot and the pool with it taken."""
-        if self._free is not None:
-            _, slot, left, right = self._free
+        free = self._free
+        if free is not None:
+            _, slot, left, right = free
+            if left is None and right is None:  # the only freed slot
+                busy = self.busy + 1
+                high = self._high
+                if busy == high and high < _DENSE_LIMIT:
+                    # No gap left (a full step took back the slot one of its workers
+                    # freed): the shared pool, as ``release`` gives.
+                    return slot, _DENSE[high]
+                return slot, SlotPool(busy, high, None)
             return slot, SlotPool(self.busy + 1, self._high, _merge(left, right))
         high = self._high
         if high + 1 < _DENSE_LIMIT:
