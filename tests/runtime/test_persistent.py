@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tickwork.runtime.types.persistent import PList, PMap, PQueue
+from tickwork.runtime.types.slots import SlotPool
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -280,3 +281,35 @@ def test_records_built_with_defaults_share_the_empty_containers() -> None:
     item = WorkItem("wi-0", "step", object())
     assert item.recovery_counts == {}
     assert item.recovery_counts is WorkItem("x", "y", 1).recovery_counts
+
+
+# --------------------------------------------------------------------------- SlotPool
+
+# True: acquire; an int: release the busy slot at that position (mod the busy count).
+_slot_ops = st.lists(st.one_of(st.just(True), st.integers(0, 40)), max_size=120)
+
+
+@FAST
+@given(_slot_ops)
+def test_slot_pool_takes_the_smallest_free_slot_and_keeps_every_version(
+    ops: list[bool | int],
+) -> None:
+    """Shared pools (dense, one gap) included: no version changes once made."""
+    pool = SlotPool()
+    busy: set[int] = set()
+    versions: list[tuple[SlotPool, set[int]]] = [(pool, set())]
+    for op in ops:
+        if op is True:
+            slot, pool = pool.acquire()
+            expected = min(set(range(len(busy) + 1)) - busy)
+            assert slot == expected
+            busy.add(slot)
+        elif busy:
+            slot = sorted(busy)[op % len(busy)]
+            pool = pool.release(slot)
+            busy.discard(slot)
+        versions.append((pool, set(busy)))
+    for version, taken in versions:
+        assert version.busy == len(taken)
+        assert version == SlotPool.with_busy(taken)
+        assert version._taken() == taken

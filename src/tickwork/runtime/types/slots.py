@@ -78,9 +78,15 @@ class SlotPool:
 
     def release(self, slot: int) -> SlotPool:
         """The pool with ``slot`` free again."""
-        if self._free is None and slot == self._high - 1:
-            # The highest slot with no gap below: lowering the mark is the same pool.
-            return _DENSE[slot] if slot < _DENSE_LIMIT else SlotPool(self.busy - 1, slot, None)
+        if self._free is None:
+            high = self._high
+            if slot == high - 1:
+                # The highest slot with no gap below: lowering the mark is the same pool.
+                return _DENSE[slot] if slot < _DENSE_LIMIT else SlotPool(self.busy - 1, slot, None)
+            if high < _DENSE_LIMIT:
+                # A full small step frees one slot (a worker of a busy step finishes):
+                # the shared pool with that one gap.
+                return _ONE_GAP[high][slot]
         return SlotPool(self.busy - 1, self._high, _merge(self._free, (1, slot, None, None)))
 
     def __eq__(self, other: object) -> bool:
@@ -113,3 +119,10 @@ class SlotPool:
 # taking and freeing its highest slot allocates nothing.
 _DENSE_LIMIT = 16
 _DENSE = [SlotPool(n, n, None) for n in range(_DENSE_LIMIT)]
+# Pools whose slots 0..high-1 are taken but one, ``_ONE_GAP[high][slot]``, shared: a full
+# step (every worker busy, the usual state under a fan-out) frees one slot and takes it
+# back, allocating nothing.
+_ONE_GAP = [
+    [SlotPool(high - 1, high, (1, slot, None, None)) for slot in range(high)]
+    for high in range(_DENSE_LIMIT)
+]
