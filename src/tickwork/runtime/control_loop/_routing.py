@@ -45,7 +45,7 @@ from tickwork.runtime.control_loop.streams import (
     close_stream,
     nearest_binding,
     release_key,
-    settle,
+    settle_open,
 )
 from tickwork.runtime.types.commands import (
     CancelWorker,
@@ -403,10 +403,13 @@ def settle_in_stream(
     A stream that was cut by ``Take(n, cancel_rest=True)`` while this item ran is gone,
     and there is nothing left to account for.
     """
-    if not scope_path or not tx.live or tx.streams.get(scope_path[-1]) is None:
+    if not scope_path or not tx.live:
+        return
+    stream = tx.streams.get(scope_path[-1])
+    if stream is None:
         return
     try:
-        tx.streams, open_work = settle(tx.streams, scope_path[-1], kind, deliveries, new_bindings)
+        tx.streams, open_work = settle_open(tx.streams, stream, kind, deliveries, new_bindings)
     except AccountingError as error:
         _fail_accounting(tx, scope_path[-1], error)
         return

@@ -43,6 +43,7 @@ __all__ = [
     "open_stream",
     "release_key",
     "settle",
+    "settle_open",
 ]
 
 Streams = PMap[str, StreamState]
@@ -113,6 +114,15 @@ def settle(
     stream = streams.get(stream_id)
     if stream is None:
         raise AccountingError(f"stream {stream_id} is not open")
+    return settle_open(streams, stream, kind, deliveries, new_bindings)
+
+
+def settle_open(
+    streams: Streams, stream: StreamState, kind: Settlement, deliveries: int, new_bindings: int
+) -> tuple[Streams, int]:
+    """``settle`` for ``stream``, an open stream of ``streams`` the caller already holds
+    (every member settles: one lookup fewer)."""
+    stream_id = stream.stream_id
     if kind == "completed":
         delta = deliveries - 1
     elif kind == "fanned_out":
