@@ -74,7 +74,7 @@ from tickwork.runtime.types.commands import (
     ScheduleWakeup,
 )
 from tickwork.runtime.types.evolve import evolve as replace
-from tickwork.runtime.types.kinds import IS_STOP
+from tickwork.runtime.types.kinds import IS_INPUT_REQUIRED, IS_STOP
 from tickwork.runtime.types.results import Completed, Failed, Suspended
 from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.state import (
@@ -368,7 +368,14 @@ def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> Non
     if tx.steps[invocation.step].waiters.size:  # the usual step has none: skip the call
         delete_waiters(tx, invocation.step, item.work_item_id, None)
     if not is_list:
-        opened = 0 if value is None else emit_event(tx, value, item)
+        if value is None:
+            opened = 0
+        elif IS_INPUT_REQUIRED[type(value)]:
+            opened = emit_event(tx, value, item)
+        else:  # emit_event() without its frame: one returned event, the usual case
+            opened = deliver_event(
+                tx, value, None, item.recovery_counts, item.scope_path, item.step
+            )
     elif tx.spec(invocation.step).is_fan_out:
         _fan_out(tx, invocation, value)
         return
