@@ -80,6 +80,7 @@ _queue_ops = st.lists(
         st.tuples(st.just("append"), st.integers()),
         st.tuples(st.just("appendleft"), st.integers()),
         st.tuples(st.just("extend"), st.lists(st.integers(), max_size=4)),
+        st.tuples(st.just("extend_list"), st.lists(st.integers(), max_size=4)),
         st.tuples(st.just("popleft"), st.none()),
         st.tuples(st.just("pop_first"), st.integers(0, 3)),
         st.tuples(st.just("branch"), st.integers(0, 1000)),
@@ -100,6 +101,8 @@ def test_pqueue_matches_a_list_model_and_keeps_every_version(ops: list[tuple[str
             q, model = q.appendleft(arg), [arg, *model]
         elif op == "extend":
             q, model = q.extend(iter(arg)), [*model, *arg]
+        elif op == "extend_list":  # a list into an empty queue becomes its front
+            q, model = q.extend(list(arg)), [*model, *arg]
         elif op == "popleft":
             if not model:
                 with pytest.raises(IndexError):

@@ -70,6 +70,13 @@ class PQueue(Generic[T]):
     def extend(self, items: Iterable[T]) -> PQueue[T]:
         """A new queue with ``items`` at the back, in order: ``append`` one by one,
         without the intermediate queues (a fan-out queues thousands at once)."""
+        if not self.size and type(items) is list:
+            # An empty queue gets the items as its front, in order: its first popleft
+            # then has no back list to reverse (a fan-out queues thousands at once).
+            front: _Cons = None
+            for item in reversed(items):
+                front = (item, front)
+            return PQueue(front, None, len(items))
         back = self._back
         size = self.size
         for item in items:
@@ -95,6 +102,9 @@ class PQueue(Generic[T]):
 
     def popleft(self) -> tuple[T, PQueue[T]]:
         """The front item and the queue without it; ``IndexError`` when empty."""
+        front = self._front
+        if front is not None:  # _normalized() would return self: skip its frame
+            return cast(T, front[0]), PQueue(front[1], self._back, self.size - 1)
         q = self._normalized()
         if q._front is None:
             raise IndexError("pop from an empty PQueue")
