@@ -110,6 +110,10 @@ class DurableWriter:
         # live journaled run would hold two empty dictionaries).
         self._acks: dict[int, tuple[Tick, Ack]] | None = None
         self._inbox: dict[int, tuple[Tick, int]] | None = None
+        # The records of the events published since the last commit, by the identity
+        # of their event (kept with it: the id stays its own): a tick carrying one of
+        # them (the StopEvent of a run's last step) and the run's outcome reuse it.
+        self._records: dict[int, tuple[Any, Any]] | None = None
 
     @property
     def settled(self) -> bool:
@@ -207,9 +211,11 @@ class DurableWriter:
                 raise WorkflowRuntimeError(
                     f"run {self.run_id}: record seq {seq} publishes more than {STREAM_SLOTS} events"
                 )
-            self._published.append(
-                StreamItem(StreamItem.position(seq, index), self._event_record(event))
-            )
+            record = self._event_record(event)
+            if self._records is None:
+                self._records = {}
+            self._records[id(event)] = (event, record)
+            self._published.append(StreamItem(StreamItem.position(seq, index), record))
             index += 1
 
     def _event_record(self, event: Any) -> Any:
@@ -221,9 +227,11 @@ class DurableWriter:
                 f"{type(event).__name__}: {error}"
             ) from error
 
-    def _encode(self, tick: Tick, seq: int) -> JournalRecord:
+    def _encode(
+        self, tick: Tick, seq: int, known: dict[int, tuple[Any, Any]] | None
+    ) -> JournalRecord:
         try:
-            return JournalRecord(seq=seq, data=encode_tick(tick, self.serializer))
+            return JournalRecord(seq=seq, data=encode_tick(tick, self.serializer, known))
         except Exception as error:
             payload = getattr(tick, "event", None)
             outcome = getattr(tick, "outcome", None)
@@ -245,12 +253,15 @@ class DurableWriter:
         self._checkpoint = checkpoint
         return StatePatch(after_seq, patch) if patch else None
 
-    def _outcome(self) -> RunOutcome | None:
+    def _outcome(self, known: dict[int, tuple[Any, Any]] | None) -> RunOutcome | None:
         terminal = self._terminal
         if terminal is None:
             return None
         if isinstance(terminal, CompleteRun):
             stop: StopEvent = terminal.stop_event
+            hit = None if known is None else known.get(id(stop))
+            if hit is not None and hit[0] is stop:
+                return RunOutcome(result=hit[1])
             return RunOutcome(result=self._event_record(stop))
         exception = terminal.exception
         return RunOutcome(error=dump_exception(exception) if exception is not None else None)
@@ -290,7 +301,8 @@ class DurableWriter:
         store's to keep, not the frame of a run waiting for its commit (a store that
         encodes them before it waits lets them go)."""
         published, self._published = self._published, []
-        records = [self._encode(tick, seq) for tick, seq in batch]
+        known, self._records = self._records, None
+        records = [self._encode(tick, seq, known) for tick, seq in batch]
         patch = self._state_patch(records[-1].seq)
         # The final snapshot rides in the final append's transaction when the store
         # can take it: a finished run is never left uncompacted, and one store call
@@ -305,7 +317,7 @@ class DurableWriter:
             lease=self.lease,
             consumed=self._consumed(batch),
             stream=published,
-            outcome=self._outcome() if final is not None else None,
+            outcome=self._outcome(known) if final is not None else None,
             **extra,
         )
         return writing, closing is not None

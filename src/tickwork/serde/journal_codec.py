@@ -13,7 +13,7 @@ format.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tickwork._serde_fields import dump_exception, load_exception, qualified_name
@@ -59,6 +59,9 @@ _KINDS: dict[type, str] = {
 
 _DEFAULT_SERIALIZER = JsonSerializer()
 
+Known = Mapping[int, tuple[Any, Any]] | None
+"""Records made already, by the ``id`` of their event: ``(event, record)``."""
+
 
 def _event(value: Any, serializer: BaseSerializer) -> Any:
     return None if value is None else serializer.to_record(value)
@@ -68,10 +71,28 @@ def _load_event(value: Any, serializer: BaseSerializer) -> Any:
     return None if value is None else serializer.from_record(value)
 
 
-def _encode_value(value: Any, serializer: BaseSerializer) -> Any:
+def _known_event(value: Any, serializer: BaseSerializer, known: Known) -> Any:
+    """``_event(value)``, reusing the record in ``known`` made for this very object."""
+    if known is not None:
+        hit = known.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+    return _event(value, serializer)
+
+
+def _known_record(value: Any, serializer: BaseSerializer, known: Known) -> Any:
+    """``serializer.to_record(value)``, reusing the record in ``known`` made for it."""
+    if known is not None:
+        hit = known.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+    return serializer.to_record(value)
+
+
+def _encode_value(value: Any, serializer: BaseSerializer, known: Known = None) -> Any:
     if isinstance(value, list):
         return {"list": [serializer.to_record(v) for v in value]}
-    return {"event": _event(value, serializer)}
+    return {"event": _known_event(value, serializer, known)}
 
 
 def _decode_value(data: dict[str, Any], serializer: BaseSerializer) -> Any:
@@ -105,7 +126,9 @@ def _decode_op(data: dict[str, Any], serializer: BaseSerializer) -> CollectOp:
     )
 
 
-def _encode_outcome(outcome: StepOutcome, serializer: BaseSerializer) -> dict[str, Any]:
+def _encode_outcome(
+    outcome: StepOutcome, serializer: BaseSerializer, known: Known = None
+) -> dict[str, Any]:
     common: dict[str, Any] = {
         "sends": outcome.sends,
         "deleted_waiters": list(outcome.deleted_waiters),
@@ -113,7 +136,7 @@ def _encode_outcome(outcome: StepOutcome, serializer: BaseSerializer) -> dict[st
     if isinstance(outcome, Completed):
         return {
             "kind": "completed",
-            "value": _encode_value(outcome.value, serializer),
+            "value": _encode_value(outcome.value, serializer, known),
             "collect_ops": [_encode_op(op, serializer) for op in outcome.collect_ops],
             **common,
         }
@@ -167,14 +190,20 @@ def _decode_outcome(data: dict[str, Any], serializer: BaseSerializer) -> StepOut
     raise ValueError(f"unknown step outcome kind {kind!r} in journal record")
 
 
-def encode_tick(tick: Tick, serializer: BaseSerializer | None = None) -> dict[str, Any]:
-    """The JSON-compatible record of ``tick``."""
+def encode_tick(
+    tick: Tick, serializer: BaseSerializer | None = None, known: Known = None
+) -> dict[str, Any]:
+    """The JSON-compatible record of ``tick``.
+
+    ``known`` maps the ``id`` of events whose record was made already (an event the
+    tick's drain published, e.g. a run's ``StopEvent``) to ``(event, record)``: the
+    tick's record embeds that record instead of encoding the event again."""
     ser = serializer or _DEFAULT_SERIALIZER
     data: dict[str, Any] = {"type": _KINDS[type(tick)], "stamped_at": tick.stamped_at}
     if isinstance(tick, SessionStart):
         data["run_id"] = tick.run_id
     elif isinstance(tick, AddEvent):
-        data["event"] = ser.to_record(tick.event)
+        data["event"] = _known_record(tick.event, ser, known)
         data["target_step"] = tick.target_step
         data["emission_key"] = list(tick.emission_key) if tick.emission_key else None
         data["source_step"] = tick.source_step
@@ -182,9 +211,9 @@ def encode_tick(tick: Tick, serializer: BaseSerializer | None = None) -> dict[st
     elif isinstance(tick, StepResult):
         data["step"] = tick.step
         data["invocation_id"] = tick.invocation_id
-        data["outcome"] = _encode_outcome(tick.outcome, ser)
+        data["outcome"] = _encode_outcome(tick.outcome, ser, known)
     elif isinstance(tick, PublishEvent):
-        data["event"] = _event(tick.event, ser)
+        data["event"] = _known_event(tick.event, ser, known)
         data["invocation_id"] = tick.invocation_id
     elif isinstance(tick, Wakeup):
         data["step"] = tick.step
