@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 import anyio
+from pydantic import BaseModel
 
 from tickwork._serde_fields import dump_exception
 from tickwork.errors import WorkflowRuntimeError
@@ -46,11 +47,17 @@ from tickwork.runtime.types.commands import (
 )
 from tickwork.runtime.types.results import Failed
 from tickwork.runtime.types.state import RunState
-from tickwork.runtime.types.ticks import StepResult, Tick
-from tickwork.serde.journal_codec import encode_tick
+from tickwork.runtime.types.ticks import SessionStart, StepResult, Tick
+from tickwork.serde.journal_codec import (
+    encode_tick,
+    encode_tick_text,
+    event_text,
+    records_model_text,
+)
 from tickwork.serde.serializers import BaseSerializer
 from tickwork.serde.snapshot import encode_snapshot
 from tickwork.stores import metrics
+from tickwork.stores.encoded import TextOutcome, TextRecord, TextStreamItem
 from tickwork.stores.records import STREAM_SLOTS, Lease, RunOutcome, StreamItem
 from tickwork.stores.store import JournalStore, RunStatus, StatePatch
 from tickwork.types import JournalRecord
@@ -100,6 +107,12 @@ class DurableWriter:
         self.compact_every = compact_every
         self.lease: Lease | None = None
         """The lease that makes this process the run's owner (fences every write)."""
+        # Records, stream items and the outcome go to a store that writes JSON text as
+        # that text, written in one pass, when the serializer's records allow it
+        # (``tickwork.stores.encoded``); the records known then hold texts.
+        self._text = bool(getattr(store, "takes_record_text", False)) and records_model_text(
+            serializer
+        )
         self._pending: list[tuple[Tick, int]] = []
         self._published: list[StreamItem] = []
         self._terminal: CompleteRun | FailWorkflow | Halt | None = None
@@ -110,6 +123,10 @@ class DurableWriter:
         # live journaled run would hold two empty dictionaries).
         self._acks: dict[int, tuple[Tick, Ack]] | None = None
         self._inbox: dict[int, tuple[Tick, int]] | None = None
+        # The records of the events published since the last commit, by the identity
+        # of their event (kept with it: the id stays its own): a tick carrying one of
+        # them (the StopEvent of a run's last step) and the run's outcome reuse it.
+        self._records: dict[int, tuple[Any, Any]] | None = None
 
     @property
     def settled(self) -> bool:
@@ -207,10 +224,36 @@ class DurableWriter:
                 raise WorkflowRuntimeError(
                     f"run {self.run_id}: record seq {seq} publishes more than {STREAM_SLOTS} events"
                 )
-            self._published.append(
-                StreamItem(StreamItem.position(seq, index), self._event_record(event))
-            )
+            self._published.append(self._stream_item(StreamItem.position(seq, index), event))
             index += 1
+
+    def _stream_item(self, position: int, event: Any) -> StreamItem:
+        """The stream item of ``event``; its record (or text) is kept for the commit."""
+        text = self._event_text(event) if self._text else None
+        item: StreamItem
+        if text is None:
+            kept = self._event_record(event)
+            item = StreamItem(position, kept)
+            if self._text:  # the records known hold texts
+                return item
+        else:
+            kept = text
+            item = TextStreamItem(position, text)
+        if self._records is None:
+            self._records = {}
+        self._records[id(event)] = (event, kept)
+        return item
+
+    @staticmethod
+    def _event_text(event: Any) -> str | None:
+        """The record text of a model ``event``; ``None`` when it is no model or does
+        not dump (``_event_record`` then says why)."""
+        if not isinstance(event, BaseModel):
+            return None
+        try:
+            return event_text(event)
+        except Exception:
+            return None
 
     def _event_record(self, event: Any) -> Any:
         try:
@@ -221,9 +264,16 @@ class DurableWriter:
                 f"{type(event).__name__}: {error}"
             ) from error
 
-    def _encode(self, tick: Tick, seq: int) -> JournalRecord:
+    def _encode(
+        self, tick: Tick, seq: int, known: dict[int, tuple[Any, Any]] | None
+    ) -> JournalRecord:
+        if self._text:
+            text = encode_tick_text(tick, known)
+            if text is not None:
+                return TextRecord(seq, text, type(tick) is SessionStart)
+            known = None  # it holds texts
         try:
-            return JournalRecord(seq=seq, data=encode_tick(tick, self.serializer))
+            return JournalRecord(seq=seq, data=encode_tick(tick, self.serializer, known))
         except Exception as error:
             payload = getattr(tick, "event", None)
             outcome = getattr(tick, "outcome", None)
@@ -245,12 +295,15 @@ class DurableWriter:
         self._checkpoint = checkpoint
         return StatePatch(after_seq, patch) if patch else None
 
-    def _outcome(self) -> RunOutcome | None:
+    def _outcome(self, known: dict[int, tuple[Any, Any]] | None) -> RunOutcome | None:
         terminal = self._terminal
         if terminal is None:
             return None
         if isinstance(terminal, CompleteRun):
             stop: StopEvent = terminal.stop_event
+            hit = None if known is None else known.get(id(stop))
+            if hit is not None and hit[0] is stop:
+                return TextOutcome(hit[1]) if self._text else RunOutcome(result=hit[1])
             return RunOutcome(result=self._event_record(stop))
         exception = terminal.exception
         return RunOutcome(error=dump_exception(exception) if exception is not None else None)
@@ -290,7 +343,8 @@ class DurableWriter:
         store's to keep, not the frame of a run waiting for its commit (a store that
         encodes them before it waits lets them go)."""
         published, self._published = self._published, []
-        records = [self._encode(tick, seq) for tick, seq in batch]
+        known, self._records = self._records, None
+        records = [self._encode(tick, seq, known) for tick, seq in batch]
         patch = self._state_patch(records[-1].seq)
         # The final snapshot rides in the final append's transaction when the store
         # can take it: a finished run is never left uncompacted, and one store call
@@ -305,7 +359,7 @@ class DurableWriter:
             lease=self.lease,
             consumed=self._consumed(batch),
             stream=published,
-            outcome=self._outcome() if final is not None else None,
+            outcome=self._outcome(known) if final is not None else None,
             **extra,
         )
         return writing, closing is not None

@@ -13,8 +13,13 @@ format.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
+from json import dumps as json_text
+from json.encoder import encode_basestring_ascii
 from typing import Any
+
+from pydantic import BaseModel
 
 from tickwork._serde_fields import dump_exception, load_exception, qualified_name
 from tickwork.runtime.types.results import (
@@ -38,9 +43,22 @@ from tickwork.runtime.types.ticks import (
     Wakeup,
 )
 from tickwork.serde.requirements import decode_requirements, encode_requirements
-from tickwork.serde.serializers import BaseSerializer, JsonSerializer
+from tickwork.serde.serializers import (
+    BaseSerializer,
+    JsonSerializer,
+    model_text,
+    writes_model_text,
+)
 
-__all__ = ["JOURNAL_FORMAT_VERSION", "decode_tick", "encode_tick", "opens_session"]
+__all__ = [
+    "JOURNAL_FORMAT_VERSION",
+    "decode_tick",
+    "encode_tick",
+    "encode_tick_text",
+    "event_text",
+    "opens_session",
+    "records_model_text",
+]
 
 JOURNAL_FORMAT_VERSION = 1
 
@@ -59,6 +77,9 @@ _KINDS: dict[type, str] = {
 
 _DEFAULT_SERIALIZER = JsonSerializer()
 
+Known = Mapping[int, tuple[Any, Any]] | None
+"""Records made already, by the ``id`` of their event: ``(event, record)``."""
+
 
 def _event(value: Any, serializer: BaseSerializer) -> Any:
     return None if value is None else serializer.to_record(value)
@@ -68,10 +89,28 @@ def _load_event(value: Any, serializer: BaseSerializer) -> Any:
     return None if value is None else serializer.from_record(value)
 
 
-def _encode_value(value: Any, serializer: BaseSerializer) -> Any:
+def _known_event(value: Any, serializer: BaseSerializer, known: Known) -> Any:
+    """``_event(value)``, reusing the record in ``known`` made for this very object."""
+    if known is not None:
+        hit = known.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+    return _event(value, serializer)
+
+
+def _known_record(value: Any, serializer: BaseSerializer, known: Known) -> Any:
+    """``serializer.to_record(value)``, reusing the record in ``known`` made for it."""
+    if known is not None:
+        hit = known.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+    return serializer.to_record(value)
+
+
+def _encode_value(value: Any, serializer: BaseSerializer, known: Known = None) -> Any:
     if isinstance(value, list):
         return {"list": [serializer.to_record(v) for v in value]}
-    return {"event": _event(value, serializer)}
+    return {"event": _known_event(value, serializer, known)}
 
 
 def _decode_value(data: dict[str, Any], serializer: BaseSerializer) -> Any:
@@ -105,7 +144,9 @@ def _decode_op(data: dict[str, Any], serializer: BaseSerializer) -> CollectOp:
     )
 
 
-def _encode_outcome(outcome: StepOutcome, serializer: BaseSerializer) -> dict[str, Any]:
+def _encode_outcome(
+    outcome: StepOutcome, serializer: BaseSerializer, known: Known = None
+) -> dict[str, Any]:
     common: dict[str, Any] = {
         "sends": outcome.sends,
         "deleted_waiters": list(outcome.deleted_waiters),
@@ -113,7 +154,7 @@ def _encode_outcome(outcome: StepOutcome, serializer: BaseSerializer) -> dict[st
     if isinstance(outcome, Completed):
         return {
             "kind": "completed",
-            "value": _encode_value(outcome.value, serializer),
+            "value": _encode_value(outcome.value, serializer, known),
             "collect_ops": [_encode_op(op, serializer) for op in outcome.collect_ops],
             **common,
         }
@@ -167,14 +208,20 @@ def _decode_outcome(data: dict[str, Any], serializer: BaseSerializer) -> StepOut
     raise ValueError(f"unknown step outcome kind {kind!r} in journal record")
 
 
-def encode_tick(tick: Tick, serializer: BaseSerializer | None = None) -> dict[str, Any]:
-    """The JSON-compatible record of ``tick``."""
+def encode_tick(
+    tick: Tick, serializer: BaseSerializer | None = None, known: Known = None
+) -> dict[str, Any]:
+    """The JSON-compatible record of ``tick``.
+
+    ``known`` maps the ``id`` of events whose record was made already (an event the
+    tick's drain published, e.g. a run's ``StopEvent``) to ``(event, record)``: the
+    tick's record embeds that record instead of encoding the event again."""
     ser = serializer or _DEFAULT_SERIALIZER
     data: dict[str, Any] = {"type": _KINDS[type(tick)], "stamped_at": tick.stamped_at}
     if isinstance(tick, SessionStart):
         data["run_id"] = tick.run_id
     elif isinstance(tick, AddEvent):
-        data["event"] = ser.to_record(tick.event)
+        data["event"] = _known_record(tick.event, ser, known)
         data["target_step"] = tick.target_step
         data["emission_key"] = list(tick.emission_key) if tick.emission_key else None
         data["source_step"] = tick.source_step
@@ -182,9 +229,9 @@ def encode_tick(tick: Tick, serializer: BaseSerializer | None = None) -> dict[st
     elif isinstance(tick, StepResult):
         data["step"] = tick.step
         data["invocation_id"] = tick.invocation_id
-        data["outcome"] = _encode_outcome(tick.outcome, ser)
+        data["outcome"] = _encode_outcome(tick.outcome, ser, known)
     elif isinstance(tick, PublishEvent):
-        data["event"] = _event(tick.event, ser)
+        data["event"] = _known_event(tick.event, ser, known)
         data["invocation_id"] = tick.invocation_id
     elif isinstance(tick, Wakeup):
         data["step"] = tick.step
@@ -192,6 +239,137 @@ def encode_tick(tick: Tick, serializer: BaseSerializer | None = None) -> dict[st
         data["step"] = tick.step
         data["waiter_id"] = tick.waiter_id
     return data
+
+
+# -- records as JSON text, in one pass -------------------------------------------------
+#
+# For a serializer whose record of a model is the model's envelope (the JSON one), a
+# tick's record can be written as text directly: the text ``json.dumps`` gives for
+# ``encode_tick``'s dictionary, character for character (same keys in the same order,
+# the same separators, ASCII escapes and number forms), without building the
+# envelope and record dictionaries.
+
+_TAILS: dict[type, str] = {}  # the text after a model's dump, by class (model_text)
+
+
+def records_model_text(serializer: BaseSerializer) -> bool:
+    """Whether ``serializer.to_record(model)`` is the envelope of a model whose JSON
+    text is ``model_text(model)``, so that ``encode_tick_text`` may write its records."""
+    return writes_model_text(serializer) and type(serializer).to_record is JsonSerializer.to_record
+
+
+def event_text(event: Any) -> str:
+    """``json.dumps(serializer.to_record(event))`` for a pydantic model ``event`` and a
+    serializer of ``records_model_text``; raises what dumping the model raises."""
+    return model_text(event, _TAILS)
+
+
+def _scalar(value: Any) -> str:
+    """``json.dumps(value)``, quicker for the scalars of a record."""
+    kind = type(value)
+    if kind is str:
+        text: str = encode_basestring_ascii(value)
+        return text
+    if value is None:
+        return "null"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
+    return json_text(value)
+
+
+def _model(value: Any, known: Known) -> str:
+    """The record text of the model ``value`` (``known`` maps ids to texts made)."""
+    if known is not None:
+        hit = known.get(id(value))
+        if hit is not None and hit[0] is value:
+            found: str = hit[1]
+            return found
+    if not isinstance(value, BaseModel):
+        raise _NotCommon
+    return model_text(value, _TAILS)
+
+
+class _NotCommon(Exception):
+    """A tick the one-pass encoding leaves to ``encode_tick``."""
+
+
+def encode_tick_text(tick: Tick, known: Known = None) -> str | None:
+    """``json.dumps(encode_tick(tick, serializer))`` written in one pass, for a
+    serializer of ``records_model_text``; ``None`` for a tick of another kind, one
+    carrying something other than models, or one whose event does not dump (the
+    general path then says why).
+
+    ``known`` maps the ``id`` of events whose record text was made already to
+    ``(event, text)``."""
+    writer = _TEXT_WRITERS.get(type(tick))
+    if writer is None:
+        return None
+    try:
+        return writer(tick, known)
+    except Exception:
+        return None
+
+
+def _session_start_text(tick: SessionStart, known: Known) -> str:
+    return (
+        '{"type": "session_start", "stamped_at": '
+        f'{_scalar(tick.stamped_at)}, "run_id": {_scalar(tick.run_id)}}}'
+    )
+
+
+def _publish_event_text(tick: PublishEvent, known: Known) -> str:
+    event = tick.event
+    return (
+        '{"type": "publish_event", "stamped_at": '
+        f"{_scalar(tick.stamped_at)}, "
+        f'"event": {"null" if event is None else _model(event, known)}, '
+        f'"invocation_id": {_scalar(tick.invocation_id)}}}'
+    )
+
+
+def _step_result_text(tick: StepResult, known: Known) -> str | None:
+    outcome = tick.outcome
+    if type(outcome) is not Completed or outcome.collect_ops:
+        return None
+    value = outcome.value
+    if isinstance(value, list):
+        inner = '{"list": [' + ", ".join([_model(v, known) for v in value]) + "]}"
+    else:
+        inner = '{"event": ' + ("null" if value is None else _model(value, known)) + "}"
+    deleted = outcome.deleted_waiters
+    return (
+        '{"type": "step_result", "stamped_at": '
+        f"{_scalar(tick.stamped_at)}, "
+        f'"step": {_scalar(tick.step)}, '
+        f'"invocation_id": {_scalar(tick.invocation_id)}, '
+        f'"outcome": {{"kind": "completed", "value": {inner}, "collect_ops": [], '
+        f'"sends": {_scalar(outcome.sends)}, '
+        f'"deleted_waiters": {json_text(list(deleted)) if deleted else "[]"}}}}}'
+    )
+
+
+def _add_event_text(tick: AddEvent, known: Known) -> str:
+    key = tick.emission_key
+    counts = tick.recovery_counts
+    return (
+        '{"type": "add_event", "stamped_at": '
+        f"{_scalar(tick.stamped_at)}, "
+        f'"event": {_model(tick.event, known)}, '
+        f'"target_step": {_scalar(tick.target_step)}, '
+        f'"emission_key": {json_text(list(key)) if key else "null"}, '
+        f'"source_step": {_scalar(tick.source_step)}, '
+        f'"recovery_counts": {json_text(dict(counts)) if counts else "{}"}}}'
+    )
+
+
+_TEXT_WRITERS: dict[type, Callable[[Any, Known], str | None]] = {
+    StepResult: _step_result_text,
+    SessionStart: _session_start_text,
+    AddEvent: _add_event_text,
+    PublishEvent: _publish_event_text,
+}
 
 
 def opens_session(data: Any) -> bool:

@@ -41,6 +41,7 @@ import anyio.to_thread
 
 from tickwork.stores import sqlite_fleet as fleet
 from tickwork.stores import sqlite_writes as writes
+from tickwork.stores.encoded import TextStreamItem, record_text
 from tickwork.stores.group_commit import GroupCommit, PendingCall
 from tickwork.stores.records import (
     UNFINISHED,
@@ -113,6 +114,9 @@ class SqliteJournal:
 
     #: ``append`` takes ``snapshot=`` (see ``JournalStore.appends_snapshots``).
     appends_snapshots = True
+    #: ``append`` takes records, stream items and outcomes given as JSON text
+    #: (``tickwork.stores.encoded``).
+    takes_record_text = True
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
@@ -328,11 +332,18 @@ class SqliteJournal:
         waiting for one commit would keep them all for the garbage collector to walk."""
         rows = writes.AppendRows(
             run_id,
-            [(run_id, r.seq, json.dumps(r.data)) for r in records],
+            [(run_id, r.seq, record_text(r)) for r in records],
             None
             if state_patch is None
             else (run_id, state_patch.after_seq, json.dumps(state_patch.patch)),
-            [(run_id, item.seq, json.dumps(item.event)) for item in stream],
+            [
+                (
+                    run_id,
+                    item.seq,
+                    item.text if type(item) is TextStreamItem else json.dumps(item.event),
+                )
+                for item in stream
+            ],
             tuple(consumed),
             final_status,
             outcome,

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from tickwork.stores.encoded import TextOutcome
 from tickwork.stores.records import JournalError, RunEntry, RunOutcome
 from tickwork.stores.sqlite_checks import journal_label
 
@@ -224,6 +225,8 @@ def outcome_columns(outcome: RunOutcome | None) -> tuple[str | None, str | None]
     outcome (both ``NULL``) stays distinct from an outcome of ``None``."""
     if outcome is None:
         return None, None
+    if type(outcome) is TextOutcome:
+        return outcome.result_text, None
     error = None if outcome.error is None else encode_json(dict(outcome.error))
     return encode_json(outcome.result), error
 

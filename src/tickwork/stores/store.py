@@ -37,6 +37,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from tickwork.serde.journal_codec import opens_session
+from tickwork.stores.encoded import TextRecord
 from tickwork.stores.records import (
     FINISHED,
     UNFINISHED,
@@ -92,7 +93,10 @@ def is_progress(records: Sequence[JournalRecord]) -> bool:
     before it runs a step; were that record progress, a run that kills every worker
     taking it would never be failed as poison.
     """
-    return any(not opens_session(record.data) for record in records)
+    for record in records:
+        if not (record.opens if type(record) is TextRecord else opens_session(record.data)):
+            return True
+    return False
 
 
 @runtime_checkable

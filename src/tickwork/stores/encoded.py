@@ -1,0 +1,87 @@
+"""Journal values handed to a store as their JSON text, already written.
+
+A durable run encodes what it appends before it waits for its commit.  For a store
+that writes JSON text (``takes_record_text = True``: the SQLite store), the writer
+gives the common records, stream items and outcomes as that text, written in one pass
+(``tickwork.serde.journal_codec.encode_tick_text``), instead of dictionaries the
+store would dump: the text is exactly what ``json.dumps`` gives for the dictionary.
+Each class here is the usual record class: its dictionary field is parsed from the
+text on first read, so code that reads it (a wrapper around the store, a test) sees
+what it always saw.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tickwork.stores.records import RunOutcome, StreamItem
+from tickwork.types import JournalRecord
+
+__all__ = ["TextOutcome", "TextRecord", "TextStreamItem", "record_text"]
+
+
+class TextRecord(JournalRecord):
+    """A ``JournalRecord`` given as its JSON ``text``; ``opens`` says whether it is the
+    record a session opens with (``opens_session`` without parsing it)."""
+
+    text: str
+    opens: bool
+
+    def __init__(self, seq: int, text: str, opens: bool) -> None:
+        object.__setattr__(self, "seq", seq)
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "opens", opens)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The record's JSON data, parsed from ``text`` (once)."""
+        parsed: dict[str, Any] = _parsed(self, "text")
+        return parsed
+
+
+class TextStreamItem(StreamItem):
+    """A ``StreamItem`` whose event record is given as its JSON ``text``."""
+
+    text: str
+
+    def __init__(self, seq: int, text: str) -> None:
+        object.__setattr__(self, "seq", seq)
+        object.__setattr__(self, "text", text)
+
+    @property
+    def event(self) -> Any:
+        """The event's record, parsed from ``text`` (once)."""
+        return _parsed(self, "text")
+
+
+class TextOutcome(RunOutcome):
+    """A ``RunOutcome`` of a completed run whose result record is given as its JSON
+    ``result_text``."""
+
+    result_text: str
+
+    def __init__(self, result_text: str) -> None:
+        object.__setattr__(self, "result_text", result_text)
+        object.__setattr__(self, "error", None)
+
+    @property
+    def result(self) -> Any:
+        """The result's record, parsed from ``result_text`` (once)."""
+        return _parsed(self, "result_text")
+
+
+def _parsed(value: object, name: str) -> Any:
+    """The JSON of ``value``'s text attribute ``name``, parsed on first use and kept
+    (every read sees the same object, as with the plain classes)."""
+    cache = value.__dict__
+    if "_parsed" not in cache:
+        object.__setattr__(value, "_parsed", json.loads(cache[name]))
+    return cache["_parsed"]
+
+
+def record_text(record: JournalRecord) -> str:
+    """The JSON text of ``record``: its own when it has one, else ``json.dumps``."""
+    if type(record) is TextRecord:
+        return record.text
+    return json.dumps(record.data)

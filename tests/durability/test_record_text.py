@@ -1,0 +1,200 @@
+"""Records written as JSON text in one pass (``encode_tick_text``, ``tickwork.stores.encoded``):
+the same characters ``json.dumps`` writes for ``encode_tick``'s dictionary, and a
+SQLite journal storing them reads back as before."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tickwork import Event, StartEvent, StopEvent, Workflow, step
+from tickwork.errors import WorkflowRuntimeError
+from tickwork.journal import SqliteJournal
+from tickwork.runtime.types.results import Completed, Failed
+from tickwork.runtime.types.ticks import (
+    AddEvent,
+    PublishEvent,
+    SessionStart,
+    StepResult,
+    Tick,
+    Wakeup,
+)
+from tickwork.serde.journal_codec import encode_tick, encode_tick_text, records_model_text
+from tickwork.serde.serializers import JsonSerializer, PickleSerializer
+from tickwork.stores.encoded import TextOutcome, TextRecord, TextStreamItem, record_text
+from tickwork.stores.store import is_progress
+from tickwork.types import JournalRecord
+
+
+class Note(Event):
+    text: str
+    ratio: float = 0.5
+    tags: dict[str, Any] = {}
+
+
+ODD = Note(text='h\u00e9llo \u2603 "q"\n', ratio=float("inf"), tags={"a": [1, 2.5, None, True]})
+
+COMMON: list[Tick] = [
+    SessionStart(1.5, "run-\u00e9"),
+    SessionStart(1796200986.2222223, "abc"),
+    AddEvent(1.25, StartEvent(value=3)),
+    AddEvent(1.25, ODD, "s", emission_key=("s", 2), source_step="src", recovery_counts={"a": 1}),
+    StepResult(2.0, "third", "inv-2", Completed(StopEvent(result=8))),
+    StepResult(2.0, "third", "inv-2", Completed(None, 3, (), ("w1", "w2"))),
+    StepResult(2.0, "t", "inv-2", Completed([Note(text="a"), ODD], 3)),
+    StepResult(2.0, "t", "inv-2", Completed([], 3)),
+    StepResult(float("nan"), "th\u00e9", None, Completed(ODD, 1)),  # type: ignore[arg-type]
+    PublishEvent(3.0, ODD, "inv-1"),
+    PublishEvent(3.0, None, None),
+]
+
+
+@pytest.mark.parametrize("tick", COMMON, ids=lambda tick: type(tick).__name__)
+def test_a_common_tick_is_written_as_json_dumps_writes_its_record(tick: Tick) -> None:
+    assert encode_tick_text(tick) == json.dumps(encode_tick(tick, JsonSerializer()))
+
+
+class Opaque:
+    pass
+
+
+@pytest.mark.parametrize(
+    "tick",
+    [
+        Wakeup(1.0, "s"),
+        StepResult(1.0, "s", "inv-0", Failed(ValueError("x"), None, 1.0)),
+        StepResult(1.0, "s", "inv-0", Completed("not a model")),
+        AddEvent(1.0, Note(text="x", payload=Opaque())),  # does not dump
+    ],
+)
+def test_other_ticks_are_left_to_the_general_path(tick: Tick) -> None:
+    assert encode_tick_text(tick) is None
+
+
+def test_an_event_encoded_already_is_reused() -> None:
+    stop = StopEvent(result=1)
+    tick = StepResult(2.0, "s", "inv-0", Completed(stop))
+    assert '"event": TEXT}' in (encode_tick_text(tick, {id(stop): (stop, "TEXT")}) or "")
+    record = encode_tick(tick, JsonSerializer(), {id(stop): (stop, {"known": 1})})
+    assert record["outcome"]["value"] == {"event": {"known": 1}}
+    other = StopEvent(result=1)  # an equal event, not the one encoded
+    assert '"TEXT"' not in (encode_tick_text(tick, {id(other): (other, "TEXT")}) or "")
+
+
+class Custom(JsonSerializer):
+    def to_record(self, value: Any) -> Any:
+        return self.serialize(value)
+
+
+def test_only_plain_json_serializers_take_the_text_path() -> None:
+    assert records_model_text(JsonSerializer())
+    assert records_model_text(JsonSerializer(allowed_types=[Note]))
+    assert not records_model_text(PickleSerializer())
+    assert not records_model_text(Custom())
+
+
+def test_text_values_read_as_the_plain_ones() -> None:
+    data = encode_tick(SessionStart(1.0, "r"))
+    record = TextRecord(4, json.dumps(data), True)
+    assert record.data == data and record.data is record.data
+    assert (record.seq, record.data) == (4, data) and record_text(record) == json.dumps(data)
+    assert record_text(JournalRecord(4, data)) == json.dumps(data)
+    assert not is_progress([record]) and is_progress([record, TextRecord(5, "{}", False)])
+    assert TextStreamItem(7, '{"a": 1}').event == {"a": 1}
+    outcome = TextOutcome("null")
+    assert outcome.result is None and outcome.error is None
+
+
+class Middle(Event):
+    value: int
+
+
+class Steps(Workflow):
+    @step
+    async def first(self, ev: StartEvent) -> Middle:
+        return Middle(value=ev.value + 1)
+
+    @step
+    async def last(self, ev: Middle) -> StopEvent:
+        return StopEvent(result={"v": ev.value, "name": "\u00e9"})
+
+
+def _rows(path: Path, query: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(query).fetchall()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("serializer", [JsonSerializer(), PickleSerializer(), Custom()])
+async def test_a_sqlite_journal_stores_the_same_text_and_reads_it_back(
+    tmp_path: Path, serializer: Any
+) -> None:
+    store = SqliteJournal(tmp_path / "runs.db")
+    written: list[str] = []
+    as_text: list[bool] = []
+    append = store.append
+
+    def spy(run_id: str, records: Any, *args: Any, **kwargs: Any) -> Any:
+        written.extend(record_text(r) for r in records)
+        as_text.extend(type(r) is TextRecord for r in records)
+        for r in records:  # the dictionary a store or wrapper reads is still there
+            assert json.dumps(r.data) == record_text(r)
+        return append(run_id, records, *args, **kwargs)
+
+    store.append = spy  # type: ignore[method-assign]
+    try:
+        workflow = Steps(journal=store, timeout=10, serializer=serializer)
+        handler = workflow.run(run_id="r1", value=1)
+        streamed = [ev async for ev in handler.stream_events()]
+        assert await handler == {"v": 2, "name": "\u00e9"}
+        assert isinstance(streamed[-1], StopEvent)
+        entry = await store.get_run("r1")
+        assert entry is not None and entry.outcome is not None
+        stop = serializer.from_record(entry.outcome.result)
+        assert stop.result == {"v": 2, "name": "\u00e9"}
+        [(stream_text,)] = _rows(tmp_path / "runs.db", "SELECT event FROM stream")
+        [(outcome_text,)] = _rows(tmp_path / "runs.db", "SELECT outcome_result FROM runs")
+        assert stream_text == outcome_text and stream_text in written[-1]
+        assert [json.loads(text)["type"] for text in written] == [
+            "session_start",
+            "add_event",
+            "step_result",
+            "step_result",
+        ]
+        # Only the plain JSON serializer's records are written in one pass.
+        assert as_text == [type(serializer) is JsonSerializer] * 4
+    finally:
+        store.close()
+
+
+class Opaque2:
+    pass
+
+
+class Carrier(Event):
+    pass
+
+
+class Unjournalable(Workflow):
+    @step
+    async def first(self, ev: StartEvent) -> Carrier:
+        return Carrier(payload=Opaque2())
+
+    @step
+    async def second(self, ev: Carrier) -> StopEvent:
+        return StopEvent(result="never durable")
+
+
+@pytest.mark.anyio
+async def test_a_payload_sqlite_cannot_journal_still_fails_naming_it(tmp_path: Path) -> None:
+    store = SqliteJournal(tmp_path / "runs.db")
+    try:
+        handler = Unjournalable(journal=store, timeout=5).run(run_id="opaque-run")
+        with pytest.raises(WorkflowRuntimeError, match="StepResult tick carrying Carrier"):
+            await handler
+    finally:
+        store.close()
