@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tickwork import Event, StartEvent, StopEvent, Workflow, step
 from tickwork.errors import WorkflowRuntimeError
@@ -198,3 +200,66 @@ async def test_a_payload_sqlite_cannot_journal_still_fails_naming_it(tmp_path: P
             await handler
     finally:
         store.close()
+
+
+# -- the property: any common tick, any JSON-able payload ------------------------------
+
+_json_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+)
+_json_values = st.recursive(
+    _json_leaves,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_notes = st.builds(
+    Note,
+    text=st.text(max_size=12),
+    ratio=st.floats(),
+    tags=st.dictionaries(st.text(max_size=5), _json_values, max_size=3),
+)
+_names = st.text(max_size=8)
+_stamps = st.floats(allow_nan=False, allow_infinity=False, min_value=0)
+_values = st.none() | _notes | st.lists(_notes, max_size=3)
+_ticks = st.one_of(
+    st.builds(SessionStart, _stamps, _names),
+    st.builds(
+        AddEvent,
+        _stamps,
+        _notes,
+        st.none() | _names,
+        emission_key=st.none() | st.tuples(_names, st.integers(0, 9)),
+        source_step=st.none() | _names,
+        recovery_counts=st.dictionaries(_names, st.integers(0, 5), max_size=2),
+    ),
+    st.builds(
+        StepResult,
+        _stamps,
+        _names,
+        st.none() | _names,
+        st.builds(
+            Completed,
+            _values,
+            st.integers(0, 9),
+            st.just(()),
+            st.lists(_names, max_size=2).map(tuple),
+        ),
+    ),
+    st.builds(PublishEvent, _stamps, st.none() | _notes, st.none() | _names),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ticks)
+def test_any_common_tick_reads_back_as_its_dictionary_record(tick: Tick) -> None:
+    """The one-pass text is exactly ``json.dumps`` of the dictionary record (so stored
+    bytes and what readers decode cannot differ between the two paths)."""
+    text = encode_tick_text(tick)
+    assert text is not None
+    assert text == json.dumps(encode_tick(tick, JsonSerializer()))
