@@ -51,6 +51,7 @@ from tickwork.runtime.types.commands import (
     ScheduleWakeup,
     terminal_event,
 )
+from tickwork.runtime.types.evolve import new_record
 from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.state import Invocation, RunState
 from tickwork.runtime.types.ticks import (
@@ -573,7 +574,12 @@ class _Loop:
         tasks = self.worker_tasks
         if tasks is not None:
             tasks.pop(invocation.invocation_id, None)  # what AsyncioPool.done does
-        self.post(StepResult(time.time(), invocation.step, invocation.invocation_id, outcome))
+        tick = new_record(StepResult)  # without a class call: one per step (every field)
+        tick.stamped_at = time.time()
+        tick.step = invocation.step
+        tick.invocation_id = invocation.invocation_id
+        tick.outcome = outcome
+        self.post(tick)
 
     def write(self, event: Any, invocation_id: str | None) -> None:
         """A step writes ``event`` to the stream (from the loop's thread).
