@@ -164,7 +164,11 @@ def _route_to_step(
     item.last_failed_at = None
     item.not_before = None
     item.resume_identity = None
-    dispatch_or_queue(tx, step, item)
+    current = tx.steps[step]
+    if current.slots.busy < spec.num_workers:  # dispatch_or_queue() without its frame
+        start_invocation(tx, step, item, current)
+    else:
+        dispatch_or_queue(tx, step, item)
     return 1
 
 

@@ -297,7 +297,11 @@ def start_invocation(
     new.join_counts = current.join_counts
     new.waiters = waiters
     new.waiters_by_item = current.waiters_by_item
-    tx.put_step(step, new)
+    own = tx._own_steps  # tx.put_step(step, new) without its frame
+    if own is None:
+        own = tx._own_steps = dict(tx.steps)
+        tx.steps = own
+    own[step] = new
     tx.running += 1
     if not tx.quiet:
         command = _new(RunWorker)

@@ -579,7 +579,10 @@ class _Loop:
         tick.step = invocation.step
         tick.invocation_id = invocation.invocation_id
         tick.outcome = outcome
-        self.post(tick)
+        if self.exit is None and self.waiting and self.drains_inline and not self.unstarted:
+            self._drain_inline(tick)  # what post() does then, without its frame
+        else:
+            self.post(tick)
 
     def write(self, event: Any, invocation_id: str | None) -> None:
         """A step writes ``event`` to the stream (from the loop's thread).
