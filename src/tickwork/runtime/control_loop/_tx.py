@@ -126,6 +126,10 @@ class Tx:
     holdings: Holdings
 
     def put_step(self, name: str, value: StepRunState) -> None:
+        """Set step ``name``'s new state, copying the input's map on the first change.
+
+        ``start_invocation`` and ``finish_invocation`` spell it out (a frame each per
+        hop): a change here must be made there too."""
         own = self._own_steps
         if own is None:
             own = self._own_steps = dict(self.steps)
@@ -363,8 +367,12 @@ def finish_invocation(
         and current.waiters_by_item is FRESH_STEP.waiters_by_item
     ):
         # The step held nothing but this invocation (the usual case): it is fresh again,
-        # and the fresh state is shared instead of built.
-        tx.put_step(step, FRESH_STEP)
+        # and the fresh state is shared instead of built (put_step() without its frame).
+        own = tx._own_steps
+        if own is None:
+            own = tx._own_steps = dict(tx.steps)
+            tx.steps = own
+        own[step] = FRESH_STEP
     else:
         tx.put_step(
             step,

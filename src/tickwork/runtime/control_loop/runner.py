@@ -561,13 +561,16 @@ class _Loop:
     # -- commands ------------------------------------------------------------------
 
     def _run_worker(self, command: RunWorker) -> None:
-        self.publish(command)  # stands for the invocation's RUNNING state
+        publish = self.publish  # through a local: see ``write``
+        publish(command)  # stands for the invocation's RUNNING state
         invocation = command.invocation
         key = invocation.invocation_id
         self.unstarted.add(key)
         hooks = self.worker_hooks
         assert hooks is not None  # commands run only while ``run`` drives the loop
-        self.pool.spawn(key, self.run_step(self.adapter, invocation, *hooks), self.spawn_context)
+        post, report, started = hooks  # a call by position, not ``*hooks``: no tuple built
+        worker = self.run_step(self.adapter, invocation, post, report, started)
+        self.pool.spawn(key, worker, self.spawn_context)
 
     def _report(self, invocation: Invocation, outcome: StepOutcome) -> None:
         """A worker's outcome (a cancelled worker reports none): post it as a tick."""
