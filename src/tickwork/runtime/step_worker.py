@@ -25,6 +25,7 @@ from tickwork.errors import StepTimeoutError, WorkflowRuntimeError
 from tickwork.events import Event
 from tickwork.retry_policy import call_policy, retry_seed
 from tickwork.runtime.step_scope import CURRENT_SCOPE, ScopeHost, StepScope, Suspend
+from tickwork.runtime.types.evolve import new_record
 from tickwork.runtime.types.kinds import IS_EVENT
 from tickwork.runtime.types.results import Completed, Failed, StepOutcome, Suspended
 from tickwork.runtime.types.state import Invocation, RunConfig, StepSpec
@@ -356,8 +357,12 @@ async def execute_invocation(
                 span.succeeded()
             if scope.collect_ops or scope.deleted_waiters:
                 outcome = _completed_with_ops(value, scope)
-            else:
-                outcome = Completed(value, scope.sends)
+            else:  # Completed(value, scope.sends) without a class call (see new_record)
+                outcome = new_record(Completed)
+                outcome.value = value
+                outcome.sends = scope.sends
+                outcome.collect_ops = ()
+                outcome.deleted_waiters = ()
         finally:
             scope.close()
     except Exception as error:

@@ -53,6 +53,7 @@ from tickwork.runtime.types.commands import (
     PublishStepState,
 )
 from tickwork.runtime.types.evolve import evolve as replace
+from tickwork.runtime.types.evolve import new_record as _new
 from tickwork.runtime.types.kinds import IS_INPUT_REQUIRED
 from tickwork.runtime.types.persistent import PList, PQueue
 from tickwork.runtime.types.state import (
@@ -145,12 +146,29 @@ def _route_to_step(
         return 0
     if spec.kind == "join":
         return _arrive_at_join(tx, step, event, recovery_counts, scope_path)
-    # Positional: this is the hottest construction of the reducer.  The id is minted
-    # here: ``tx.mint_work_item()`` without its frame (a hop routes one event).
+    # The hottest construction of the reducer, so built without a class call (see
+    # ``new_record``), every field written.  The id is minted here: ``tx.mint_work_item()``
+    # without its frame (a hop routes one event).
     seq = tx.work_item_seq
     tx.work_item_seq = seq + 1
-    item = WorkItem(f"wi-{seq}", step, event, None, scope_path, recovery_counts)
-    dispatch_or_queue(tx, step, item)
+    item = _new(WorkItem)
+    item.work_item_id = f"wi-{seq}"
+    item.step = step
+    item.event = event
+    item.bound_events = None
+    item.scope_path = scope_path
+    item.recovery_counts = recovery_counts
+    item.attempts = 0
+    item.first_attempt_at = None
+    item.last_exception = None
+    item.last_failed_at = None
+    item.not_before = None
+    item.resume_identity = None
+    current = tx.steps[step]
+    if current.slots.busy < spec.num_workers:  # dispatch_or_queue() without its frame
+        start_invocation(tx, step, item, current)
+    else:
+        dispatch_or_queue(tx, step, item)
     return 1
 
 

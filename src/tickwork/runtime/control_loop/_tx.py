@@ -21,7 +21,9 @@ from tickwork.runtime.types.commands import (
     RunWorker,
 )
 from tickwork.runtime.types.evolve import evolve as replace
+from tickwork.runtime.types.evolve import new_record as _new
 from tickwork.runtime.types.persistent import PMap, PQueue
+from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.state import (
     EMPTY_PMAP,
     NO_HOLDINGS,
@@ -80,7 +82,8 @@ _SCALARS = (
 
 class Tx:
     """The accumulator of one reduction: the run's fields as attributes, the changed
-    steps, and the commands produced so far.  ``commit`` builds the new state once."""
+    steps, and the commands produced so far.  ``open_tx`` makes one; ``commit`` builds
+    the new state once."""
 
     __slots__ = (
         "_own_steps",
@@ -95,6 +98,15 @@ class Tx:
         *_SCALARS,
     )
 
+    base: RunState
+    now: float
+    touched_streams: list[str] | None
+    steps: Mapping[str, StepRunState]
+    """The step states by name: read it directly (``tx.steps[name]``), change it with
+    ``put_step``."""
+    _own_steps: dict[str, StepRunState] | None
+    commands: list[Command]
+    quiet: bool
     _status: RunStatus
     live: bool
     """Whether the run is running (kept in step with ``status``: read on every phase)."""
@@ -113,35 +125,11 @@ class Tx:
     idle_check_pending: bool
     holdings: Holdings
 
-    def __init__(self, base: RunState, now: float) -> None:
-        self.base = base
-        self.now = now
-        self.touched_streams: list[str] | None = None
-        # The step states by name: the input's map (read-only) until the first put_step
-        # copies it.  Read it directly: ``tx.steps[name]``.
-        self.steps: Mapping[str, StepRunState] = base.steps
-        self._own_steps: dict[str, StepRunState] | None = None
-        self.commands: list[Command] = []
-        # Set by folds that drop commands: the per-step ones are then not even built.
-        self.quiet = False
-        self._status = base.status
-        self.live = base.status == "running"
-        self.is_running = base.is_running
-        self.queued = base.queued
-        self.running = base.running
-        self.waiter_index = base.waiter_index
-        self.streams = base.streams
-        self.releases = base.releases
-        self.stream_seq = base.stream_seq
-        self.work_item_seq = base.work_item_seq
-        self.invocation_seq = base.invocation_seq
-        self.journal_seq = base.journal_seq
-        self.elapsed_alive = base.elapsed_alive
-        self.last_alive_stamp = base.last_alive_stamp
-        self.idle_check_pending = base.idle_check_pending
-        self.holdings = base.holdings
-
     def put_step(self, name: str, value: StepRunState) -> None:
+        """Set step ``name``'s new state, copying the input's map on the first change.
+
+        ``start_invocation`` and ``finish_invocation`` spell it out (a frame each per
+        hop): a change here must be made there too."""
         own = self._own_steps
         if own is None:
             own = self._own_steps = dict(self.steps)
@@ -180,26 +168,61 @@ class Tx:
         self.live = value == "running"
 
     def commit(self) -> RunState:
-        base = self.base
-        return RunState(
-            base.config,
-            self.steps,
-            self._status,
-            self.is_running,
-            self.queued,
-            self.running,
-            self.waiter_index,
-            self.streams,
-            self.releases,
-            self.stream_seq,
-            self.work_item_seq,
-            self.invocation_seq,
-            self.journal_seq,
-            self.elapsed_alive,
-            self.last_alive_stamp,
-            self.idle_check_pending,
-            self.holdings,
-        )
+        """The new run state (built without a class call, see ``new_record``: every
+        field of ``RunState`` is written here)."""
+        state = _new(RunState)
+        state.config = self.base.config
+        state.steps = self.steps
+        state.status = self._status
+        state.is_running = self.is_running
+        state.queued = self.queued
+        state.running = self.running
+        state.waiter_index = self.waiter_index
+        state.streams = self.streams
+        state.releases = self.releases
+        state.stream_seq = self.stream_seq
+        state.work_item_seq = self.work_item_seq
+        state.invocation_seq = self.invocation_seq
+        state.journal_seq = self.journal_seq
+        state.elapsed_alive = self.elapsed_alive
+        state.last_alive_stamp = self.last_alive_stamp
+        state.idle_check_pending = self.idle_check_pending
+        state.holdings = self.holdings
+        return state
+
+
+def open_tx(base: RunState, now: float) -> Tx:
+    """The accumulator of a reduction of ``base`` by inputs stamped ``now``.
+
+    Built without a class call, once per tick (see ``new_record``): every slot is
+    written here.
+    """
+    tx = _new(Tx)
+    tx.base = base
+    tx.now = now
+    tx.touched_streams = None
+    tx.steps = base.steps  # the input's map (read-only) until the first put_step copies it
+    tx._own_steps = None
+    tx.commands = []
+    # Set by folds that drop commands: the per-step ones are then not even built.
+    tx.quiet = False
+    status = tx._status = base.status
+    tx.live = status == "running"
+    tx.is_running = base.is_running
+    tx.queued = base.queued
+    tx.running = base.running
+    tx.waiter_index = base.waiter_index
+    tx.streams = base.streams
+    tx.releases = base.releases
+    tx.stream_seq = base.stream_seq
+    tx.work_item_seq = base.work_item_seq
+    tx.invocation_seq = base.invocation_seq
+    tx.journal_seq = base.journal_seq
+    tx.elapsed_alive = base.elapsed_alive
+    tx.last_alive_stamp = base.last_alive_stamp
+    tx.idle_check_pending = base.idle_check_pending
+    tx.holdings = base.holdings
+    return tx
 
 
 def invocation_order(invocation_id: str) -> int:
@@ -211,6 +234,26 @@ def invocation_order(invocation_id: str) -> int:
 def waiter_order(waiter: Waiter) -> str:
     """Sort key of waiters: their id."""
     return waiter.waiter_id
+
+
+def step_state(
+    queue: PQueue[WorkItem],
+    in_progress: PMap[str, Invocation],
+    slots: SlotPool,
+    current: StepRunState,
+) -> StepRunState:
+    """``current`` with a new queue, in-flight map and slots (what a dispatch, a queued
+    item or a finished invocation changes): built without a class call."""
+    new = _new(StepRunState)
+    new.queue = queue
+    new.in_progress = in_progress
+    new.slots = slots
+    new.collect_buffers = current.collect_buffers
+    new.join_buffer = current.join_buffer
+    new.join_counts = current.join_counts
+    new.waiters = current.waiters
+    new.waiters_by_item = current.waiters_by_item
+    return new
 
 
 def start_invocation(
@@ -238,32 +281,36 @@ def start_invocation(
         inv_id, received = f"inv-{seq}", NO_SENDS  # invocation_id(seq), see mint_work_item
     else:
         (inv_id, received), item = resumed, replace(item, resume_identity=None)
-    invocation = Invocation(
-        inv_id,
-        step,
-        slot,
-        item,
-        tx.now,
-        received,
-        current.collect_buffers,
-        {wid: waiters[wid] for wid in item_waiters} if item_waiters else _NO_WAITERS,
+    invocation = _new(Invocation)
+    invocation.invocation_id = inv_id
+    invocation.step = step
+    invocation.worker_id = slot
+    invocation.item = item
+    invocation.dispatched_at = tx.now
+    invocation.received = received
+    invocation.collect_view = current.collect_buffers
+    invocation.waiters_view = (
+        {wid: waiters[wid] for wid in item_waiters} if item_waiters else _NO_WAITERS
     )
-    tx.put_step(
-        step,
-        StepRunState(
-            current.queue if queue is None else queue,
-            current.in_progress.set(inv_id, invocation),
-            slots,
-            current.collect_buffers,
-            current.join_buffer,
-            current.join_counts,
-            waiters,
-            current.waiters_by_item,
-        ),
-    )
+    new = _new(StepRunState)  # step_state() spelled out: every hop dispatches once
+    new.queue = current.queue if queue is None else queue
+    new.in_progress = current.in_progress.set(inv_id, invocation)
+    new.slots = slots
+    new.collect_buffers = current.collect_buffers
+    new.join_buffer = current.join_buffer
+    new.join_counts = current.join_counts
+    new.waiters = waiters
+    new.waiters_by_item = current.waiters_by_item
+    own = tx._own_steps  # tx.put_step(step, new) without its frame
+    if own is None:
+        own = tx._own_steps = dict(tx.steps)
+        tx.steps = own
+    own[step] = new
     tx.running += 1
     if not tx.quiet:
-        tx.commands.append(RunWorker(invocation))
+        command = _new(RunWorker)
+        command.invocation = invocation
+        tx.commands.append(command)
 
 
 def dispatch_or_queue(tx: Tx, step: str, item: WorkItem) -> None:
@@ -273,17 +320,7 @@ def dispatch_or_queue(tx: Tx, step: str, item: WorkItem) -> None:
         start_invocation(tx, step, item, current)
         return
     tx.put_step(
-        step,
-        StepRunState(
-            current.queue.append(item),
-            current.in_progress,
-            current.slots,
-            current.collect_buffers,
-            current.join_buffer,
-            current.join_counts,
-            current.waiters,
-            current.waiters_by_item,
-        ),
+        step, step_state(current.queue.append(item), current.in_progress, current.slots, current)
     )
     tx.queued += 1
     tx.emit(PublishStepState(step, "preparing", "<enqueued>", type(item.event)))
@@ -330,35 +367,33 @@ def finish_invocation(
         and current.waiters_by_item is FRESH_STEP.waiters_by_item
     ):
         # The step held nothing but this invocation (the usual case): it is fresh again,
-        # and the fresh state is shared instead of built.
-        tx.put_step(step, FRESH_STEP)
+        # and the fresh state is shared instead of built (put_step() without its frame).
+        own = tx._own_steps
+        if own is None:
+            own = tx._own_steps = dict(tx.steps)
+            tx.steps = own
+        own[step] = FRESH_STEP
     else:
         tx.put_step(
             step,
-            StepRunState(
+            step_state(
                 current.queue,
                 current.in_progress.delete(invocation.invocation_id),
                 current.slots.release(invocation.worker_id),
-                current.collect_buffers,
-                current.join_buffer,
-                current.join_counts,
-                current.waiters,
-                current.waiters_by_item,
+                current,
             ),
         )
     tx.running -= 1
     if publish and not tx.quiet:
-        tx.commands.append(
-            PublishStepState(
-                invocation.step,
-                "not_running",
-                WORKER_NAMES[invocation.worker_id],
-                type(invocation.item.event),
-                output,
-                has_output,
-                value,
-            )
-        )
+        command = _new(PublishStepState)
+        command.step = step
+        command.state = "not_running"
+        command.worker_id = WORKER_NAMES[invocation.worker_id]
+        command.input_type = type(invocation.item.event)
+        command.output_type = output
+        command.has_output = has_output
+        command.event = value
+        tx.commands.append(command)
 
 
 def cancel_all_workers(tx: Tx, keep_records: bool) -> list[str]:

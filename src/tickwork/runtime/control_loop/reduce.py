@@ -51,6 +51,7 @@ from tickwork.runtime.control_loop._tx import (
     finish_invocation,
     fresh_steps,
     invocation_order,
+    open_tx,
     start_invocation,
 )
 from tickwork.runtime.control_loop._waiters import (
@@ -119,7 +120,7 @@ def reduce(state: RunState, tick: Tick) -> tuple[RunState, list[Command]]:
     """Process one tick.  Pure: ``state`` is not modified and no clock is read."""
     if type(tick) is PublishTick and not _may_schedule_idle_check(state):
         return _reduce_stream_write(state, tick)
-    tx = Tx(state, tick.stamped_at)
+    tx = open_tx(state, tick.stamped_at)
     _apply(tx, tick)
     return tx.commit(), tx.commands
 
@@ -131,7 +132,7 @@ def reduce_all(state: RunState, ticks: Iterable[Tick]) -> RunState:
     whole fold and the run state is built once at the end instead of once per tick:
     this is how journals are replayed.  Pure: ``state`` is not modified.
     """
-    tx = Tx(state, 0.0)  # each tick sets its own time
+    tx = open_tx(state, 0.0)  # each tick sets its own time
     tx.quiet = True
     commands = tx.commands
     for tick in ticks:

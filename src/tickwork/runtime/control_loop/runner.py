@@ -51,6 +51,7 @@ from tickwork.runtime.types.commands import (
     ScheduleWakeup,
     terminal_event,
 )
+from tickwork.runtime.types.evolve import new_record
 from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.state import Invocation, RunState
 from tickwork.runtime.types.ticks import (
@@ -560,20 +561,31 @@ class _Loop:
     # -- commands ------------------------------------------------------------------
 
     def _run_worker(self, command: RunWorker) -> None:
-        self.publish(command)  # stands for the invocation's RUNNING state
+        publish = self.publish  # through a local: see ``write``
+        publish(command)  # stands for the invocation's RUNNING state
         invocation = command.invocation
         key = invocation.invocation_id
         self.unstarted.add(key)
         hooks = self.worker_hooks
         assert hooks is not None  # commands run only while ``run`` drives the loop
-        self.pool.spawn(key, self.run_step(self.adapter, invocation, *hooks), self.spawn_context)
+        post, report, started = hooks  # a call by position, not ``*hooks``: no tuple built
+        worker = self.run_step(self.adapter, invocation, post, report, started)
+        self.pool.spawn(key, worker, self.spawn_context)
 
     def _report(self, invocation: Invocation, outcome: StepOutcome) -> None:
         """A worker's outcome (a cancelled worker reports none): post it as a tick."""
         tasks = self.worker_tasks
         if tasks is not None:
             tasks.pop(invocation.invocation_id, None)  # what AsyncioPool.done does
-        self.post(StepResult(time.time(), invocation.step, invocation.invocation_id, outcome))
+        tick = new_record(StepResult)  # without a class call: one per step (every field)
+        tick.stamped_at = time.time()
+        tick.step = invocation.step
+        tick.invocation_id = invocation.invocation_id
+        tick.outcome = outcome
+        if self.exit is None and self.waiting and self.drains_inline and not self.unstarted:
+            self._drain_inline(tick)  # what post() does then, without its frame
+        else:
+            self.post(tick)
 
     def write(self, event: Any, invocation_id: str | None) -> None:
         """A step writes ``event`` to the stream (from the loop's thread).
