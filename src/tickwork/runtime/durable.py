@@ -52,6 +52,7 @@ from tickwork.serde.journal_codec import (
     encode_tick,
     encode_tick_text,
     event_text,
+    known_record,
     records_model_text,
 )
 from tickwork.serde.serializers import BaseSerializer
@@ -301,9 +302,9 @@ class DurableWriter:
             return None
         if isinstance(terminal, CompleteRun):
             stop: StopEvent = terminal.stop_event
-            hit = None if known is None else known.get(id(stop))
-            if hit is not None and hit[0] is stop:
-                return TextOutcome(hit[1]) if self._text else RunOutcome(result=hit[1])
+            made = known_record(known, stop)
+            if made is not None:
+                return TextOutcome(made) if self._text else RunOutcome(result=made)
             return RunOutcome(result=self._event_record(stop))
         exception = terminal.exception
         return RunOutcome(error=dump_exception(exception) if exception is not None else None)

@@ -56,6 +56,7 @@ __all__ = [
     "encode_tick",
     "encode_tick_text",
     "event_text",
+    "known_record",
     "opens_session",
     "records_model_text",
 ]
@@ -89,22 +90,24 @@ def _load_event(value: Any, serializer: BaseSerializer) -> Any:
     return None if value is None else serializer.from_record(value)
 
 
+def known_record(known: Known, value: Any) -> Any:
+    """The record (or text) ``known`` holds for this very object ``value``; ``None``
+    when it holds none (an equal event is not the same one)."""
+    if known is None:
+        return None
+    hit = known.get(id(value))
+    return hit[1] if hit is not None and hit[0] is value else None
+
+
+def _record_of(value: Any, serializer: BaseSerializer, known: Known) -> Any:
+    """``serializer.to_record(value)``, reusing the record in ``known`` made for it."""
+    record = known_record(known, value)
+    return serializer.to_record(value) if record is None else record
+
+
 def _known_event(value: Any, serializer: BaseSerializer, known: Known) -> Any:
     """``_event(value)``, reusing the record in ``known`` made for this very object."""
-    if known is not None:
-        hit = known.get(id(value))
-        if hit is not None and hit[0] is value:
-            return hit[1]
-    return _event(value, serializer)
-
-
-def _known_record(value: Any, serializer: BaseSerializer, known: Known) -> Any:
-    """``serializer.to_record(value)``, reusing the record in ``known`` made for it."""
-    if known is not None:
-        hit = known.get(id(value))
-        if hit is not None and hit[0] is value:
-            return hit[1]
-    return serializer.to_record(value)
+    return None if value is None else _record_of(value, serializer, known)
 
 
 def _encode_value(value: Any, serializer: BaseSerializer, known: Known = None) -> Any:
@@ -221,7 +224,7 @@ def encode_tick(
     if isinstance(tick, SessionStart):
         data["run_id"] = tick.run_id
     elif isinstance(tick, AddEvent):
-        data["event"] = _known_record(tick.event, ser, known)
+        data["event"] = _record_of(tick.event, ser, known)
         data["target_step"] = tick.target_step
         data["emission_key"] = list(tick.emission_key) if tick.emission_key else None
         data["source_step"] = tick.source_step
@@ -281,11 +284,9 @@ def _scalar(value: Any) -> str:
 
 def _model(value: Any, known: Known) -> str:
     """The record text of the model ``value`` (``known`` maps ids to texts made)."""
-    if known is not None:
-        hit = known.get(id(value))
-        if hit is not None and hit[0] is value:
-            found: str = hit[1]
-            return found
+    found: str | None = known_record(known, value)
+    if found is not None:
+        return found
     if not isinstance(value, BaseModel):
         raise _NotCommon
     return model_text(value, _TAILS)
