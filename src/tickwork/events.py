@@ -17,10 +17,10 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
-    ValidationError,
     WithJsonSchema,
     model_serializer,
 )
+from pydantic_core import SchemaValidator
 from typing_extensions import Self
 
 from tickwork._lazy import built_on_first_use
@@ -62,43 +62,30 @@ __all__ = [
 ]
 
 
-def _has_plain_init(cls: type[BaseModel]) -> bool:
-    """Whether validating ``cls`` from keywords can only fill fields named by them, and runs
-    no code of the class's own (validators, post-init, default factories).
+_FAST_INIT: dict[type, tuple[SchemaValidator, frozenset[str]]] = {}
+"""Class -> ``(its validator, the names of its fields)``, for ``DictLikeModel.__init__``
+(``_fast_init_of``).
 
-    Such a class is validated before its keywords are checked (``DictLikeModel``): the
-    usual event, whose keywords are all fields, is then built in a single validation.
-    """
-    if cls.model_config.get("extra") not in (None, "ignore"):
-        return False
-    decorators = cls.__pydantic_decorators__
-    if (
-        decorators.validators
-        or decorators.field_validators
-        or decorators.root_validators
-        or decorators.model_validators
-        or cls.__pydantic_post_init__ is not None
-    ):
-        return False
-    return all(
-        info.alias is None and info.validation_alias is None and info.default_factory is None
-        for info in cls.__pydantic_fields__.values()
-    )
+Keywords that are all fields are validated at once, by the validator remembered here:
+reading ``self.__pydantic_validator__`` costs some 400 instructions per event built (a
+pydantic instance's attribute reads go through its ``__getattr__`` hook).  A class is
+remembered only once its own validator is built; ``DictLikeModel.model_rebuild`` (which
+replaces it) forgets it.  A plain dict read as ``_FAST_INIT[cls]``: a dict subclass with
+``__missing__`` is subscripted through a method call, some 300 instructions more."""
 
 
-_PLAIN_INIT: dict[type, bool] = {}
-"""Class -> ``_has_plain_init(cls)`` (``_plain_init_of``).  A plain dict read as
-``_PLAIN_INIT[cls]``: a dict subclass with ``__missing__`` is subscripted through a
-method call, some 300 instructions per event built."""
-
-
-def _plain_init_of(cls: type[BaseModel]) -> bool:
-    """Compute and remember ``_has_plain_init(cls)``.  Bounded: a program making event
-    classes on the fly does not keep them all alive through the table."""
-    if len(_PLAIN_INIT) >= 4096:
-        _PLAIN_INIT.clear()
-    plain = _PLAIN_INIT[cls] = _has_plain_init(cls)
-    return plain
+def _fast_init_of(cls: type[BaseModel]) -> tuple[Any, frozenset[str]]:
+    """``(validator, field names)`` of ``cls``, remembered once its validator is built
+    (before that, the class's own lookup, which builds it on first use).  Bounded: a
+    program making event classes on the fly does not keep them all alive through it."""
+    names = frozenset(cls.__pydantic_fields__)
+    validator = cls.__dict__.get("__pydantic_validator__")
+    if not isinstance(validator, SchemaValidator):
+        return cls.__pydantic_validator__, names
+    if len(_FAST_INIT) >= 4096:
+        _FAST_INIT.clear()
+    entry = _FAST_INIT[cls] = (validator, names)
+    return entry
 
 
 @built_on_first_use
@@ -134,31 +121,22 @@ class DictLikeModel(BaseModel):
         return data
 
     def __init__(self, **params: Any) -> None:
-        cls = type(self)
         try:
-            plain = _PLAIN_INIT[cls]
+            validator, names = _FAST_INIT[type(self)]
         except KeyError:
-            plain = _plain_init_of(cls)
-        if plain:
-            # Validate first, then see whether every keyword was a field: without aliases
-            # and extra handling, the fields set are exactly the keywords that are fields.
-            # Read on the instance (it finds the class's): an attribute of a pydantic
-            # class goes through its metaclass's ``__getattr__`` hook, at twice the cost.
-            try:
-                self.__pydantic_validator__.validate_python(params, self_instance=self)
-            except ValidationError:
-                if params.keys() <= cls.__pydantic_fields__.keys():
-                    raise
-            else:
-                if len(self.__pydantic_fields_set__) == len(params):
-                    return
-            # Some keyword is not a field: start over (nothing the validation ran could
-            # tell it ran twice, see _has_plain_init).
-        declared = cls.__pydantic_fields__
-        if params.keys() <= declared.keys():
-            # What ``BaseModel.__init__`` does, minus its Python-level overhead.
-            self.__pydantic_validator__.validate_python(params, self_instance=self)
+            validator, names = _fast_init_of(type(self))
+        for key in params:  # a loop: cheaper than ``params.keys() <= names``
+            if key not in names:
+                break
+        else:  # every keyword is a field: what ``BaseModel.__init__`` does
+            validator.validate_python(params, self_instance=self)
             return
+        self._init_with_dynamic_fields(params)
+
+    def _init_with_dynamic_fields(self, params: dict[str, Any]) -> None:
+        """``__init__`` when some keyword is not a field: the dynamic fields (and private
+        attributes) are set aside, the fields validated."""
+        declared = type(self).__pydantic_fields__
         fields: dict[str, Any] = {}
         private: dict[str, Any] = {}
         dynamic: dict[str, Any] = {}
@@ -179,6 +157,29 @@ class DictLikeModel(BaseModel):
             setattr(self, key, value)
         if dynamic:
             self._dyn().update(dynamic)
+
+    @classmethod
+    def model_rebuild(
+        cls,
+        *,
+        force: bool = False,
+        raise_errors: bool = True,
+        _parent_namespace_depth: int = 2,
+        _types_namespace: Any = None,
+    ) -> bool | None:
+        """Rebuild the class's schema (pydantic's ``model_rebuild``), and forget the
+        validator ``__init__`` remembered for it."""
+        _FAST_INIT.pop(cls, None)
+        try:
+            return super().model_rebuild(
+                force=force,
+                raise_errors=raise_errors,
+                # One frame more (this one) between pydantic and the caller's namespace.
+                _parent_namespace_depth=_parent_namespace_depth + 1,
+                _types_namespace=_types_namespace,
+            )
+        finally:  # and what another thread may have remembered meanwhile
+            _FAST_INIT.pop(cls, None)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
