@@ -21,6 +21,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import core_schema
 
 from tickwork import events
 from tickwork.events import (
@@ -92,6 +93,39 @@ class Plain(DictLikeModel):
     a: int = 1
 
 
+class Pair(Event):
+    number: int
+    name: str
+
+
+class Filled(Event):
+    """Every field required, but a validator of its own can fill one."""
+
+    number: int
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "number" not in data:
+            return {**data, "number": 0}
+        return data
+
+
+class OwnSchema(Event):
+    """Every field required, but its schema (of its own making) can fill one."""
+
+    number: int
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        def fill(data: Any) -> Any:
+            if isinstance(data, dict) and "number" not in data:
+                return {**data, "number": 0}
+            return data
+
+        return core_schema.no_info_before_validator_function(fill, handler(source))
+
+
 CLASSES: list[type[DictLikeModel]] = [
     Event,
     StartEvent,
@@ -108,6 +142,9 @@ CLASSES: list[type[DictLikeModel]] = [
     Nested,
     FieldStop,
     Plain,
+    Pair,
+    Filled,
+    OwnSchema,
     WorkflowFailedEvent,
     StepFailedEvent,
 ]
@@ -220,7 +257,7 @@ def test_fast_and_general_paths_agree_on_any_keywords(
 
 
 @contextmanager
-def _sabotaged(cls: type[DictLikeModel], entry: tuple[Any, frozenset[str]]) -> Iterator[None]:
+def _sabotaged(cls: type[DictLikeModel], entry: tuple[Any, frozenset[str], int]) -> Iterator[None]:
     saved = events._FAST_INIT.get(cls)
     events._FAST_INIT[cls] = entry
     try:
@@ -235,7 +272,7 @@ def _sabotaged(cls: type[DictLikeModel], entry: tuple[Any, frozenset[str]]) -> I
 def test_the_comparison_catches_a_fast_path_that_drops_dynamic_fields() -> None:
     Tick(number=0)
     validator = events._FAST_INIT[Tick][0]
-    sabotage = (validator, frozenset({"number", "topic"}))
+    sabotage = (validator, frozenset({"number", "topic"}), -1)
     with _sabotaged(Tick, sabotage), pytest.raises(AssertionError):
         _check_same(Tick, {"number": 1, "topic": "t"})
     _check_same(Tick, {"number": 1, "topic": "t"})
@@ -246,10 +283,41 @@ def test_the_comparison_catches_a_fast_path_with_the_wrong_validator() -> None:
         number: str
 
     Tick(number=0)
-    sabotage = (Text.__pydantic_validator__, frozenset({"number"}))
+    sabotage = (Text.__pydantic_validator__, frozenset({"number"}), 1)
     with _sabotaged(Tick, sabotage), pytest.raises(AssertionError):
         _check_same(Tick, {"number": "1"})
     _check_same(Tick, {"number": "1"})
+
+
+def test_the_comparison_catches_a_fast_path_that_skips_the_names_check_wrongly() -> None:
+    Filled(number=0)
+    validator, names, _ = events._FAST_INIT[Filled]
+    with _sabotaged(Filled, (validator, names, 1)), pytest.raises(AssertionError):
+        _check_same(Filled, {"topic": "t"})
+    _check_same(Filled, {"topic": "t"})
+
+
+@pytest.mark.parametrize(
+    ("cls", "count"),
+    [
+        (Event, 0),
+        (StartEvent, 0),
+        (Tick, 1),
+        (Pair, 2),
+        (Defaults, -1),
+        (Aliased, -1),
+        (Validated, -1),
+        (Filled, -1),
+        (OwnSchema, -1),
+        (WithPrivate, -1),
+        (Factory, -1),
+    ],
+)
+def test_only_classes_whose_keywords_must_name_every_field_skip_the_names_check(
+    cls: type[DictLikeModel], count: int
+) -> None:
+    cls.model_rebuild()  # built, if it was deferred
+    assert events._fast_init_of(cls)[2] == count
 
 
 def test_a_class_is_remembered_with_its_own_built_validator() -> None:
@@ -259,9 +327,9 @@ def test_a_class_is_remembered_with_its_own_built_validator() -> None:
     assert Late not in events._FAST_INIT
     assert Late(x=1).x == 1  # builds the validator on first use
     assert Late(x=2).x == 2
-    validator, names = events._FAST_INIT[Late]
+    validator, names, count = events._FAST_INIT[Late]
     assert validator is Late.__dict__["__pydantic_validator__"]
-    assert names == {"x"}
+    assert (names, count) == ({"x"}, 1)
 
 
 def test_model_rebuild_forgets_the_remembered_validator() -> None:

@@ -17,10 +17,10 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    ValidationError,
     WithJsonSchema,
     model_serializer,
 )
-from pydantic_core import SchemaValidator
 from typing_extensions import Self
 
 from tickwork._lazy import built_on_first_use
@@ -62,9 +62,12 @@ __all__ = [
 ]
 
 
-_FAST_INIT: dict[type, tuple[SchemaValidator, frozenset[str]]] = {}
-"""Class -> ``(its validator, the names of its fields)``, for ``DictLikeModel.__init__``
-(``_fast_init_of``).
+_FastInit = tuple[Any, frozenset[str], int]
+"""``(validator, field names, exact count)``: see ``_FAST_INIT``."""
+
+_FAST_INIT: dict[type, _FastInit] = {}
+"""Class -> ``(its validator, the names of its fields, its exact count)``, for
+``DictLikeModel.__init__`` (``_fast_init_of``).
 
 Keywords that are all fields are validated at once, by the validator remembered here:
 reading ``self.__pydantic_validator__`` costs some 400 instructions per event built (a
@@ -74,17 +77,54 @@ replaces it) forgets it.  A plain dict read as ``_FAST_INIT[cls]``: a dict subcl
 ``__missing__`` is subscripted through a method call, some 300 instructions more."""
 
 
-def _fast_init_of(cls: type[BaseModel]) -> tuple[Any, frozenset[str]]:
-    """``(validator, field names)`` of ``cls``, remembered once its validator is built
-    (before that, the class's own lookup, which builds it on first use).  Bounded: a
-    program making event classes on the fly does not keep them all alive through it."""
-    names = frozenset(cls.__pydantic_fields__)
-    validator = cls.__dict__.get("__pydantic_validator__")
-    if not isinstance(validator, SchemaValidator):
-        return cls.__pydantic_validator__, names
+def _exact_count(cls: type[BaseModel]) -> int:
+    """The number of fields of ``cls`` if validating it from keywords succeeds only when
+    every field is named by one of them, ``-1`` otherwise.
+
+    Then as many keywords as fields, validated, were exactly the fields: ``__init__``
+    skips checking their names (the usual event, such as ``Tick(number=n)``).  That holds
+    when every field is required and the keyword naming it is the only way to fill it:
+    no alias, no validator of the class's own that could fill it, extra keywords
+    ignored (not kept).
+    """
+    if (
+        cls.model_config.get("extra") not in (None, "ignore")
+        or any(
+            "__get_pydantic_core_schema__" in vars(base)  # a schema of its own making
+            for base in cls.__mro__[: cls.__mro__.index(BaseModel)]
+        )
+    ):
+        return -1
+    decorators = cls.__pydantic_decorators__
+    if (
+        decorators.validators
+        or decorators.field_validators
+        or decorators.root_validators
+        or decorators.model_validators
+        or cls.__pydantic_post_init__ is not None
+    ):
+        return -1
+    fields = cls.__pydantic_fields__
+    if all(
+        info.is_required() and info.alias is None and info.validation_alias is None
+        for info in fields.values()
+    ):
+        return len(fields)
+    return -1
+
+
+def _fast_init_of(cls: type[BaseModel]) -> _FastInit:
+    """``(validator, field names, exact count)`` of ``cls``, remembered once its
+    validator is built (before that, the validator is the class's own lookup, which
+    builds it on first use).  Bounded: a program making event classes on the fly does
+    not keep them all alive through the table."""
+    own = cls.__dict__
+    validator = own.get("__pydantic_validator__")
+    if validator is None or not own.get("__pydantic_complete__", False):
+        return cls.__pydantic_validator__, frozenset(cls.__pydantic_fields__), -1
     if len(_FAST_INIT) >= 4096:
         _FAST_INIT.clear()
-    entry = _FAST_INIT[cls] = (validator, names)
+    entry = _FAST_INIT[cls] = (validator, frozenset(cls.__pydantic_fields__), _exact_count(cls))
     return entry
 
 
@@ -122,15 +162,24 @@ class DictLikeModel(BaseModel):
 
     def __init__(self, **params: Any) -> None:
         try:
-            validator, names = _FAST_INIT[type(self)]
+            validator, names, count = _FAST_INIT[type(self)]
         except KeyError:
-            validator, names = _fast_init_of(type(self))
-        for key in params:  # a loop: cheaper than ``params.keys() <= names``
-            if key not in names:
-                break
-        else:  # every keyword is a field: what ``BaseModel.__init__`` does
-            validator.validate_python(params, self_instance=self)
-            return
+            validator, names, count = _fast_init_of(type(self))
+        if len(params) == count:  # validated, they are exactly the fields (_exact_count)
+            try:
+                validator.validate_python(params, self_instance=self)
+                return
+            except ValidationError:
+                if names.issuperset(params):
+                    raise
+            # Some keyword is not a field: start over (the validation changed nothing).
+        else:
+            for key in params:  # a loop: cheaper than ``params.keys() <= names``
+                if key not in names:
+                    break
+            else:  # every keyword is a field: what ``BaseModel.__init__`` does
+                validator.validate_python(params, self_instance=self)
+                return
         self._init_with_dynamic_fields(params)
 
     def _init_with_dynamic_fields(self, params: dict[str, Any]) -> None:
