@@ -1,6 +1,8 @@
 """Snapshots written as JSON text (``snapshot_text``, what the SQLite store stores): the
 characters ``json.dumps`` writes for the snapshot's dictionary, and the snapshot of a
-run with nothing pending, made without an encoding pass, is the one the pass makes."""
+run with nothing pending, made without an encoding pass, is the one the pass makes.
+Likewise ``json_text`` for any value, and a run's start event, whose text is written
+once for the store and its first record."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from tickwork.runtime.types.state import (
 )
 from tickwork.serde.serializers import JsonSerializer
 from tickwork.serde.snapshot import SnapshotCache, empty_worker, encode_snapshot
-from tickwork.serde.snapshot_text import snapshot_text
+from tickwork.serde.snapshot_text import json_text, snapshot_text
 
 SER = JsonSerializer()
 KEYS = [
@@ -92,6 +94,12 @@ def snapshots(draw: st.DrawFn) -> dict[str, Any]:
 def test_a_snapshot_is_written_as_json_dumps_writes_it(snapshot: dict[str, Any]) -> None:
     text = snapshot_text(snapshot)
     assert text == json.dumps(snapshot)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json)
+def test_a_value_is_written_as_json_dumps_writes_it(value: Any) -> None:
+    assert json_text(value) == json.dumps(value)
 
 
 @pytest.mark.parametrize(
@@ -188,3 +196,18 @@ async def test_stored_snapshots_read_back_as_the_snapshots_written(tmp_path: Pat
         (stored,) = conn.execute("SELECT data FROM snapshots").fetchone()
     assert stored == json.dumps(final)
     assert written and list(written[0]) == KEYS
+
+
+@pytest.mark.anyio
+async def test_the_start_event_is_stored_as_its_record_text(tmp_path: Path) -> None:
+    store = SqliteJournal(tmp_path / "runs.db")
+    start = StartEvent(value=3, note='h\u00e9 "q"')
+    record = SER.to_record(start)
+    handler = Steps(journal=store).run(start_event=start, run_id="r")
+    assert await handler == 8
+    entry = await store.get_run("r")
+    assert entry is not None and entry.start_event == record and entry.options == {"timeout": 45.0}
+    store.close()
+    with sqlite3.connect(tmp_path / "runs.db") as conn:
+        row = conn.execute("SELECT start_event, options FROM runs").fetchone()
+    assert row == (json.dumps(record), json.dumps({"timeout": 45.0}))

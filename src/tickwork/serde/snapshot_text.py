@@ -21,7 +21,7 @@ from typing import Any
 from tickwork.serde.snapshot import _EMPTY_WORKER as _IDLE_WORKER
 from tickwork.serde.snapshot import empty_worker
 
-__all__ = ["snapshot_text"]
+__all__ = ["json_text", "snapshot_text"]
 
 # The keys of a snapshot, in the order ``encode_snapshot`` writes them (a failed run's
 # ``failure`` and the ``held_events`` come after them).
@@ -61,8 +61,9 @@ _ENCODE = (
 )
 
 
-def _value(value: Any) -> str:
-    """``json.dumps(value)``: scalars written directly, containers by the C encoder."""
+def json_text(value: Any) -> str:
+    """``json.dumps(value)``, without its set-up per call: scalars written directly,
+    containers by the C encoder made once; raises what ``json.dumps`` raises."""
     kind = type(value)
     if kind is int:
         return int.__repr__(value)
@@ -79,18 +80,21 @@ def _value(value: Any) -> str:
         return "[]" if kind is list else "{}"
     if _ENCODE is None:  # pragma: no cover - CPython always has the accelerator
         return json.dumps(value)
-    return "".join(_ENCODE(value, 0))
+    try:
+        return "".join(_ENCODE(value, 0))
+    except RecursionError:
+        return json.dumps(value)  # a cycle: json.dumps says so
 
 
 def _workers(workers: Any) -> str:
     """The text of the ``workers`` map: an idle step's entry is its text made once."""
     if type(workers) is not dict:
-        return _value(workers)
+        return json_text(workers)
     parts = []
     for name, entry in workers.items():
         if type(name) is not str:
-            return _value(workers)
-        text = _IDLE_WORKER_TEXT if entry is _IDLE_WORKER else _value(entry)
+            return json_text(workers)
+        text = _IDLE_WORKER_TEXT if entry is _IDLE_WORKER else json_text(entry)
         parts.append(f"{encode_basestring_ascii(name)}: {text}")
     return "{" + ", ".join(parts) + "}"
 
@@ -108,22 +112,22 @@ def snapshot_text(snapshot: dict[str, Any]) -> str:
             return json.dumps(snapshot)
     try:
         text = (
-            f'{{"version": {_value(snapshot["version"])}, '
-            f'"state": {_value(snapshot["state"])}, '
-            f'"is_running": {_value(snapshot["is_running"])}, '
+            f'{{"version": {json_text(snapshot["version"])}, '
+            f'"state": {json_text(snapshot["state"])}, '
+            f'"is_running": {json_text(snapshot["is_running"])}, '
             f'"workers": {_workers(snapshot["workers"])}, '
-            f'"stream_seq": {_value(snapshot["stream_seq"])}, '
-            f'"work_item_seq": {_value(snapshot["work_item_seq"])}, '
-            f'"invocation_seq": {_value(snapshot["invocation_seq"])}, '
-            f'"deliveries": {_value(snapshot["deliveries"])}, '
-            f'"streams": {_value(snapshot["streams"])}, '
-            f'"collection_release_states": {_value(snapshot["collection_release_states"])}, '
-            f'"elapsed_alive": {_value(snapshot["elapsed_alive"])}, '
-            f'"last_alive_stamp": {_value(snapshot["last_alive_stamp"])}, '
-            f'"journal_seq": {_value(snapshot["journal_seq"])}'
+            f'"stream_seq": {json_text(snapshot["stream_seq"])}, '
+            f'"work_item_seq": {json_text(snapshot["work_item_seq"])}, '
+            f'"invocation_seq": {json_text(snapshot["invocation_seq"])}, '
+            f'"deliveries": {json_text(snapshot["deliveries"])}, '
+            f'"streams": {json_text(snapshot["streams"])}, '
+            f'"collection_release_states": {json_text(snapshot["collection_release_states"])}, '
+            f'"elapsed_alive": {json_text(snapshot["elapsed_alive"])}, '
+            f'"last_alive_stamp": {json_text(snapshot["last_alive_stamp"])}, '
+            f'"journal_seq": {json_text(snapshot["journal_seq"])}'
         )
         for key in keys[len(_KEYS) :]:
-            text += f", {encode_basestring_ascii(key)}: {_value(snapshot[key])}"
+            text += f", {encode_basestring_ascii(key)}: {json_text(snapshot[key])}"
     except RecursionError:
         return json.dumps(snapshot)  # a cycle: json.dumps says so
     return text + "}"

@@ -39,10 +39,10 @@ from typing import Any, Literal, TypeVar
 import anyio
 import anyio.to_thread
 
-from tickwork.serde.snapshot_text import snapshot_text
+from tickwork.serde.snapshot_text import json_text, snapshot_text
 from tickwork.stores import sqlite_fleet as fleet
 from tickwork.stores import sqlite_writes as writes
-from tickwork.stores.encoded import TextStreamItem, record_text
+from tickwork.stores.encoded import TextStreamItem, record_text, value_text
 from tickwork.stores.group_commit import GroupCommit, PendingCall
 from tickwork.stores.records import (
     UNFINISHED,
@@ -275,8 +275,8 @@ class SqliteJournal:
             workflow_name=workflow_name,
             seq=int(snapshot.get("journal_seq", 0)),
             snapshot_text=snapshot_text(snapshot),
-            event_text=None if start_event is None else json.dumps(start_event),
-            options_text=None if options is None else json.dumps(dict(options)),
+            event_text=None if start_event is None else value_text(start_event),
+            options_text=None if options is None else json_text(dict(options)),
             owner=owner,
             lease_seconds=lease_seconds,
             lease=lease,
@@ -344,7 +344,9 @@ class SqliteJournal:
                     item.text if type(item) is TextStreamItem else json.dumps(item.event),
                 )
                 for item in stream
-            ],
+            ]
+            if stream
+            else (),
             tuple(consumed),
             final_status,
             outcome,

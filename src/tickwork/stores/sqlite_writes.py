@@ -205,7 +205,7 @@ class AppendRows:
         run_id: str,
         records: list[tuple[str, int, str]],
         patch: tuple[str, int, str] | None,
-        stream: list[tuple[str, int, str]],
+        stream: Sequence[tuple[str, int, str]],
         consumed: Sequence[int],
         final_status: RunStatus | None,
         outcome: RunOutcome | None,
