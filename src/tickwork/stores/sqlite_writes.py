@@ -117,7 +117,12 @@ def register(
                 "WHERE run_id = ?",
                 (workflow_name, now, event_text, options_text, held_by, epoch, until, run_id),
             )
-        replace_snapshot(conn, run_id, seq, snapshot_text)
+        if row is None:  # a new run: there is no history to compact (as in ``submit``)
+            conn.execute(
+                "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)", (run_id, seq, snapshot_text)
+            )
+        else:
+            replace_snapshot(conn, run_id, seq, snapshot_text)
     return granted
 
 
