@@ -58,7 +58,7 @@ from tickwork.serde.journal_codec import (
 from tickwork.serde.serializers import BaseSerializer
 from tickwork.serde.snapshot import encode_snapshot
 from tickwork.stores import metrics
-from tickwork.stores.encoded import TextOutcome, TextRecord, TextStreamItem
+from tickwork.stores.encoded import TextOutcome, TextRecord, TextStreamItem, TextValue
 from tickwork.stores.records import STREAM_SLOTS, Lease, RunOutcome, StreamItem
 from tickwork.stores.store import JournalStore, RunStatus, StatePatch
 from tickwork.types import JournalRecord
@@ -114,8 +114,10 @@ class DurableWriter:
         self._text = bool(getattr(store, "takes_record_text", False)) and records_model_text(
             serializer
         )
-        self._pending: list[tuple[Tick, int]] = []
-        self._published: list[StreamItem] = []
+        # The ticks reduced and the events published since the last commit: lists made
+        # when the first one comes (a run waiting for its commit keeps no empty ones).
+        self._pending: list[tuple[Tick, int]] | None = None
+        self._published: list[StreamItem] | None = None
         self._terminal: CompleteRun | FailWorkflow | Halt | None = None
         self._checkpoint: Any = None
         self._since_snapshot = 0
@@ -168,13 +170,20 @@ class DurableWriter:
 
     def _start_record(self, start_event: Any) -> Any:
         try:
-            return self.serializer.to_record(start_event)
+            record = self.serializer.to_record(start_event)
         except Exception as error:
             raise WorkflowRuntimeError(
                 f"run {self.run_id}: cannot journal the start event "
                 f"{type(start_event).__name__}: {error}; use a serializer that can encode "
                 "it (e.g. PickleSerializer) or make it serializable"
             ) from error
+        text = self._event_text(start_event) if self._text else None
+        if text is None:
+            return record
+        # Its text is written once: the store takes it with the record, and the first
+        # commit's record of the start event (``AddEvent``) reuses it.
+        self._records = {id(start_event): (start_event, text)}
+        return TextValue(record, text)
 
     def _snapshot(self, state: RunState) -> dict[str, Any]:
         self._checkpoint = self.state_store.checkpoint()
@@ -208,7 +217,11 @@ class DurableWriter:
 
     def record(self, tick: Tick, seq: int, commands: Sequence[Command]) -> None:
         """Remember a reduced tick (and the events it publishes) until the next commit."""
-        self._pending.append((tick, seq))
+        pending = self._pending
+        if pending is None:
+            self._pending = [(tick, seq)]
+        else:
+            pending.append((tick, seq))
         index = 0
         for command in commands:
             kind = type(command)
@@ -225,7 +238,11 @@ class DurableWriter:
                 raise WorkflowRuntimeError(
                     f"run {self.run_id}: record seq {seq} publishes more than {STREAM_SLOTS} events"
                 )
-            self._published.append(self._stream_item(StreamItem.position(seq, index), event))
+            item = self._stream_item(StreamItem.position(seq, index), event)
+            if self._published is None:
+                self._published = [item]
+            else:
+                self._published.append(item)
             index += 1
 
     def _stream_item(self, position: int, event: Any) -> StreamItem:
@@ -311,9 +328,10 @@ class DurableWriter:
 
     async def commit(self, state: RunState) -> None:
         """Write the pending records (and what goes with them) in one transaction."""
-        if not self._pending:
+        batch = self._pending
+        if batch is None:
             return
-        batch, self._pending = self._pending, []
+        self._pending = None
         final = _FINAL.get(state.status)
         try:
             writing, closed = self._append(state, batch, final)
@@ -343,7 +361,7 @@ class DurableWriter:
         A frame of its own: the records, events and snapshot encoded here are the
         store's to keep, not the frame of a run waiting for its commit (a store that
         encodes them before it waits lets them go)."""
-        published, self._published = self._published, []
+        published, self._published = self._published, None
         known, self._records = self._records, None
         records = [self._encode(tick, seq, known) for tick, seq in batch]
         patch = self._state_patch(records[-1].seq)
@@ -359,7 +377,7 @@ class DurableWriter:
             final,
             lease=self.lease,
             consumed=self._consumed(batch),
-            stream=published,
+            stream=() if published is None else published,
             outcome=self._outcome(known) if final is not None else None,
             **extra,
         )
@@ -382,9 +400,9 @@ class DurableWriter:
             snapshot["failure"] = _failure(batch)
         return snapshot
 
-    def _consumed(self, batch: list[tuple[Tick, int]]) -> list[int]:
+    def _consumed(self, batch: list[tuple[Tick, int]]) -> Sequence[int]:
         if not self._inbox:
-            return []
+            return ()
         consumed = []
         for tick, _seq in batch:
             found = self._inbox.pop(id(tick), None)

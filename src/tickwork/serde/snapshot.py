@@ -601,6 +601,9 @@ def encode_snapshot(
     and is still unchanged is reused (see the cache for what is shared).
     """
     if cache is None:
+        idle = _idle_snapshot(state, state_section)
+        if idle is not None:
+            return idle
         cache = SnapshotCache()
     if cache.serializer is not serializer:
         cache.reset(serializer)
@@ -624,3 +627,19 @@ def encode_snapshot(
         pruner.finish()
     cache.frame = frame
     return snapshot
+
+
+def _idle_snapshot(state: RunState, state_section: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The snapshot of a state with no event in it: no step has anything queued, running,
+    buffered or waiting, no stream or join is open and nothing is held (a run just
+    registered, or finished).  What an encoding pass makes for it, without the pass
+    (nothing to encode: every worker entry is the shared empty one); ``None`` for any
+    other state."""
+    if state.streams or state.releases or state.holdings is not NO_HOLDINGS:
+        return None
+    for step in state.steps.values():
+        if step.queue or step.in_progress or step.collect_buffers or step.join_buffer:
+            return None
+        if step.waiters:
+            return None
+    return _assemble(_Frame(state, dict.fromkeys(state.steps), {}, {}, frozenset()), state_section)

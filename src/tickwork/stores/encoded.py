@@ -13,12 +13,13 @@ what it always saw.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from tickwork.stores.records import RunOutcome, StreamItem
 from tickwork.types import JournalRecord
 
-__all__ = ["TextOutcome", "TextRecord", "TextStreamItem", "record_text"]
+__all__ = ["TextOutcome", "TextRecord", "TextStreamItem", "TextValue", "record_text", "value_text"]
 
 
 class TextRecord(JournalRecord):
@@ -71,6 +72,18 @@ class TextOutcome(RunOutcome):
         return _parsed(self, "result_text")
 
 
+class TextValue(dict):  # type: ignore[type-arg]
+    """A JSON-compatible dictionary given with ``text``, the JSON text ``json.dumps``
+    writes for it (a run's start event record: its text was written for its first
+    journal record anyway)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, value: Mapping[str, Any], text: str) -> None:
+        super().__init__(value)
+        self.text = text
+
+
 def _parsed(value: object, name: str) -> Any:
     """The JSON of ``value``'s text attribute ``name``, parsed on first use and kept
     (every read sees the same object, as with the plain classes)."""
@@ -85,3 +98,10 @@ def record_text(record: JournalRecord) -> str:
     if type(record) is TextRecord:
         return record.text
     return json.dumps(record.data)
+
+
+def value_text(value: Any) -> str:
+    """The JSON text of ``value``: its own for a ``TextValue``, else ``json.dumps``."""
+    if type(value) is TextValue:
+        return value.text
+    return json.dumps(value)

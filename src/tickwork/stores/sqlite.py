@@ -39,9 +39,10 @@ from typing import Any, Literal, TypeVar
 import anyio
 import anyio.to_thread
 
+from tickwork.serde.snapshot_text import json_text, snapshot_text
 from tickwork.stores import sqlite_fleet as fleet
 from tickwork.stores import sqlite_writes as writes
-from tickwork.stores.encoded import TextStreamItem, record_text
+from tickwork.stores.encoded import TextStreamItem, record_text, value_text
 from tickwork.stores.group_commit import GroupCommit, PendingCall
 from tickwork.stores.records import (
     UNFINISHED,
@@ -273,9 +274,9 @@ class SqliteJournal:
             run_id=run_id,
             workflow_name=workflow_name,
             seq=int(snapshot.get("journal_seq", 0)),
-            snapshot_text=json.dumps(snapshot),
-            event_text=None if start_event is None else json.dumps(start_event),
-            options_text=None if options is None else json.dumps(dict(options)),
+            snapshot_text=snapshot_text(snapshot),
+            event_text=None if start_event is None else value_text(start_event),
+            options_text=None if options is None else json_text(dict(options)),
             owner=owner,
             lease_seconds=lease_seconds,
             lease=lease,
@@ -299,7 +300,7 @@ class SqliteJournal:
             run_id=run_id,
             workflow_name=workflow_name,
             seq=int(snapshot.get("journal_seq", 0)),
-            snapshot_text=json.dumps(snapshot),
+            snapshot_text=snapshot_text(snapshot),
             event_text=json.dumps(start_event),
             options_text=json.dumps(dict(options or {})),
             queue=queue,
@@ -343,13 +344,15 @@ class SqliteJournal:
                     item.text if type(item) is TextStreamItem else json.dumps(item.event),
                 )
                 for item in stream
-            ],
+            ]
+            if stream
+            else (),
             tuple(consumed),
             final_status,
             outcome,
             lease,
             is_progress(records),
-            None if snapshot is None else (snapshot[0], json.dumps(snapshot[1])),
+            None if snapshot is None else (snapshot[0], snapshot_text(snapshot[1])),
             self.path,
             time.time(),
         )
@@ -370,7 +373,7 @@ class SqliteJournal:
             path=self.path,
             run_id=run_id,
             seq=seq,
-            snapshot_text=json.dumps(snapshot),
+            snapshot_text=snapshot_text(snapshot),
             lease=lease,
         )
         await self._write(write, run_id=run_id, action="writing a snapshot")

@@ -117,7 +117,12 @@ def register(
                 "WHERE run_id = ?",
                 (workflow_name, now, event_text, options_text, held_by, epoch, until, run_id),
             )
-        replace_snapshot(conn, run_id, seq, snapshot_text)
+        if row is None:  # a new run: there is no history to compact (as in ``submit``)
+            conn.execute(
+                "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)", (run_id, seq, snapshot_text)
+            )
+        else:
+            replace_snapshot(conn, run_id, seq, snapshot_text)
     return granted
 
 
@@ -205,7 +210,7 @@ class AppendRows:
         run_id: str,
         records: list[tuple[str, int, str]],
         patch: tuple[str, int, str] | None,
-        stream: list[tuple[str, int, str]],
+        stream: Sequence[tuple[str, int, str]],
         consumed: Sequence[int],
         final_status: RunStatus | None,
         outcome: RunOutcome | None,
@@ -239,8 +244,9 @@ def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) ->
     run_id, records, lease = rows.run_id, rows.records, rows.lease
     first = records[0][1] if records else None
     args: list[Any] = [now]
-    if records:
-        args.append(max(seq for _run, seq, _data in records))
+    last = max(seq for _run, seq, _data in records) if records else None
+    if last is not None:
+        args.append(last)
     if rows.final_status is not None:
         args += [rows.final_status, *outcome_columns(rows.outcome)]
     args.append(run_id)
@@ -253,15 +259,23 @@ def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) ->
     if not conn.execute(update, args).rowcount:
         fenced_first = first if lease is not None else None
         raise fence_refused(conn, path, run_id, lease, "appending records", fenced_first)
-    try:
-        conn.executemany("INSERT INTO records VALUES (?, ?, ?)", records)
-    except sqlite3.IntegrityError as error:
-        raise JournalError(
-            f"{journal_label(path, run_id)}: a record in seq {first}..{records[-1][1]} "
-            "was already written"
-        ) from error
-    if rows.patch is not None:
-        conn.execute("INSERT OR REPLACE INTO state_patches VALUES (?, ?, ?)", rows.patch)
+    snapshot = rows.snapshot
+    # Records and a patch that the snapshot written below compacts away are not
+    # written at all (the transaction leaves the same rows).  Only when fenced: the
+    # fence's ``last_seq`` test then guarantees that none of them was written before
+    # (which an unfenced append learns from the insert).
+    cut = snapshot[0] if snapshot is not None and lease is not None else None
+    if last is not None and (cut is None or last >= cut):
+        try:
+            conn.executemany("INSERT INTO records VALUES (?, ?, ?)", records)
+        except sqlite3.IntegrityError as error:
+            raise JournalError(
+                f"{journal_label(path, run_id)}: a record in seq {first}..{records[-1][1]} "
+                "was already written"
+            ) from error
+    patch = rows.patch
+    if patch is not None and (cut is None or patch[1] >= cut):
+        conn.execute("INSERT OR REPLACE INTO state_patches VALUES (?, ?, ?)", patch)
     if rows.consumed:
         # Consumed by the batch's last record (without records: the last one written
         # so far), and only once.
@@ -273,8 +287,8 @@ def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) ->
         )
     if rows.stream:
         conn.executemany("INSERT OR REPLACE INTO stream VALUES (?, ?, ?)", rows.stream)
-    if rows.snapshot is not None:
-        replace_snapshot(conn, run_id, *rows.snapshot)
+    if snapshot is not None:
+        replace_snapshot(conn, run_id, *snapshot)
 
 
 def write_snapshot(

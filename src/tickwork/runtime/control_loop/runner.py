@@ -460,14 +460,21 @@ class _Loop:
         already been seen (a published request, a started next step).
         """
         adapter = self.adapter
-        deferred: list[Command] = []
+        # The commands of the first tick are the list to run (one tick per drain is the
+        # common case: no list of our own waits through the commit).
+        deferred: list[Command] | None = None
         while self.pending and not self.state.finished:
             tick = self.pending.popleft()
             self.state, commands = reduce(self.state, tick)
             adapter.processed(tick, self.state, commands)
-            deferred.extend(commands)
+            if deferred is None:
+                deferred = commands
+            else:
+                deferred += commands
         await adapter.commit()
         self.last_commit = time.time()
+        if deferred is None:
+            return
         handlers = _HANDLERS
         for command in deferred:
             handlers[type(command)](self, command)

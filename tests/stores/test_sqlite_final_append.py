@@ -1,0 +1,66 @@
+"""A SQLite append that carries a compacting snapshot (``append(snapshot=)``, a finished
+run's last append): the rows it leaves are those of writing its records and patch and
+then compacting them away, and a duplicate record is still refused."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tickwork.stores.records import JournalError, StatePatch
+from tickwork.stores.sqlite import SqliteJournal
+
+from .helpers import rec, seqs, snap
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqliteJournal]:
+    made = SqliteJournal(tmp_path / "runs.db")
+    yield made
+    made.close()
+
+
+def _rows(path: Path, table: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(path) as conn:
+        return list(conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2"))
+
+
+async def test_a_fenced_final_append_leaves_only_its_snapshot(
+    store: SqliteJournal, tmp_path: Path
+) -> None:
+    lease = store.register_run("r", "wf", snap(), start_event={}, owner="w1")
+    await store.append("r", [rec(0), rec(1)], StatePatch(1, [{"op": "add"}]), lease=lease)
+    patch = StatePatch(3, [{"op": "replace"}])
+    await store.append(
+        "r", [rec(2), rec(3)], patch, "completed", lease=lease, snapshot=(4, snap(4, done=True))
+    )
+    assert await seqs(store, "r") == []
+    assert await store.read_state_patches("r") == []
+    assert await store.read_snapshot("r") == (4, snap(4, done=True))
+    entry = await store.get_run("r")
+    assert entry is not None and entry.status == "completed" and entry.last_seq == 3
+    store.close()
+    assert _rows(tmp_path / "runs.db", "records") == []
+    assert _rows(tmp_path / "runs.db", "state_patches") == []
+
+
+async def test_records_after_the_snapshot_of_an_append_are_kept(store: SqliteJournal) -> None:
+    lease = store.register_run("r", "wf", snap(), start_event={}, owner="w1")
+    patch = StatePatch(2, [{"op": "add"}])
+    await store.append("r", [rec(0), rec(1), rec(2)], patch, lease=lease, snapshot=(1, snap(1)))
+    assert await seqs(store, "r", 1) == [1, 2]
+    assert [p.after_seq for p in await store.read_state_patches("r")] == [2]
+
+
+async def test_an_unfenced_final_append_still_refuses_a_duplicate(store: SqliteJournal) -> None:
+    store.register_run("r", "wf", snap(), start_event={})
+    await store.append("r", [rec(0)])
+    with pytest.raises(JournalError, match="already written"):
+        await store.append("r", [rec(0)], None, "completed", snapshot=(1, snap(1)))
+    assert await seqs(store, "r") == [0]
+    assert await store.read_snapshot("r") == (0, snap())
