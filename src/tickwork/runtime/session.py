@@ -366,15 +366,19 @@ class RunSession:
             import asyncio
 
             loop = asyncio.get_running_loop()
-            host = (
-                self._host_own_task(resumed, asyncio.current_task)
-                if self.ownership is None
-                else self._host(resumed)
-            )
+            if self.ownership is None:
+                host = self._host_own_task(resumed, asyncio.current_task)
+                # The task runs in the spawn context itself, not in a copy: it sets no
+                # context variable (the step bodies run in copies of their own), and a
+                # copy is one more object that every live run holds.
+                context = self.spawn_context
+            else:
+                host = self._host(resumed)
+                context = self.spawn_context.copy()
             if sys.version_info >= (3, 11) and loop.get_task_factory() is None:
                 # What create_task() does with no task factory, minus its checks and
                 # frame (as the loop's worker pool does).
-                asyncio.Task(host, loop=loop, context=self.spawn_context.copy())
+                asyncio.Task(host, loop=loop, context=context)
             else:
                 self.spawn_context.run(loop.create_task, host)
         else:
@@ -465,7 +469,7 @@ class RunSession:
         # and an ended run must be freed by reference counting, not by the GC.
         self._post = _drop
         self._cancel_scope = None
-        self.start_event = None  # the loop took it
+        self.start_event = None  # a run stopped before its loop took it
         self.stream.close()
         self.done.set()
         self._wake_journal_readers()
@@ -551,6 +555,9 @@ class RunSession:
             self.run_id, self.config.workflow_name, self.start_event, self.start_event is None
         )
         loop = run_loop(self, self.start_event, self.state, self.run_id)
+        # The loop has it now (and lets go of it once reduced): a live run does not keep
+        # its start event, nor the pydantic set and dict that come with it.
+        self.start_event = None
         if self.ownership is not None:
             # Read until the loop ends (``_close``); items posted meanwhile wait in it.
             self._inbox = self.ownership.open_inbox(self, self.serializer, self.spawn_context)
