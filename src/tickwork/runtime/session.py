@@ -139,29 +139,33 @@ class DoneFlag:
         elif waiters is not None:
             waiters.set()
 
-    async def wait(self) -> None:
-        """Return once the flag is set."""
+    def wait(self) -> Awaitable[None]:
+        """What to await until the flag is set.
+
+        Under asyncio, a future of the waiter's own, awaited directly rather than through
+        a coroutine of ours (every awaited live run would hold that coroutine).  The
+        cancellation of a waiter cancels its future, which the next waiter (or ``set``)
+        drops.
+        """
         if self._set:
-            return
+            return _nothing()
         loop = running_asyncio_loop()
         if loop is None:
             event = self._event
             if event is None:
                 event = self._event = anyio.Event()
             assert not isinstance(event, list)
-            await event.wait()
-            return
+            return event.wait()
         waiters = self._event
         if waiters is None:
             waiters = self._event = []
-        assert isinstance(waiters, list)
-        future = loop.create_future()
+        else:
+            assert isinstance(waiters, list)
+            if waiters:  # drop the futures of cancelled waiters
+                waiters[:] = [waiter for waiter in waiters if not waiter.done()]
+        future: Awaitable[None] = loop.create_future()
         waiters.append(future)
-        try:
-            await future
-        finally:
-            if self._event is waiters:  # still waiting: a cancelled waiter leaves
-                waiters.remove(future)
+        return future
 
 
 def _publish_and_print(stream: EventStream, printer: Any, item: Any) -> None:

@@ -21,7 +21,7 @@ import logging
 import time
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 import anyio
@@ -267,6 +267,23 @@ def _due_tick(command: ScheduleCommand, now: float) -> Tick:
 # list a live run holds is one more object for the garbage collector to scan.
 _NO_TICKS: list[Tick] = []
 _NO_TIMERS: TimerHeap = []
+
+
+class _NoPending(deque[Tick]):
+    """The type of ``_NO_PENDING``: an empty queue that refuses ticks, so that it never
+    becomes a queue shared by loops."""
+
+    def append(self, tick: Tick) -> None:
+        raise AssertionError("a tick for the shared empty queue: use _Loop._pending()")
+
+    def extend(self, ticks: Iterable[Tick]) -> None:
+        raise AssertionError("ticks for the shared empty queue: use _Loop._pending()")
+
+
+# The queue of ticks to reduce of every loop between drains: a loop makes its own when
+# a tick comes (``_pending``) and lets it go once drained.  A live run spends most of
+# its life waiting with nothing to reduce, and a queue is one more object to scan.
+_NO_PENDING: deque[Tick] = _NoPending()
 # ``_Loop.unstarted`` while every dispatched worker has begun (most of a run's life): a
 # loop makes a set when it dispatches one and drops it once they have all begun.
 _ALL_STARTED: frozenset[str] = frozenset()
@@ -285,7 +302,7 @@ class _Loop:
         self.adapter = adapter
         self.state = state
         self.run_id = run_id
-        self.pending: deque[Tick] = deque()
+        self.pending: deque[Tick] = _NO_PENDING
         self.heap: TimerHeap = timers if timers is not None else _NO_TIMERS
         self.heap_seq = max(seq for _, seq, _ in timers) if timers else 0
         self.exit: RunExit | None = None
@@ -361,9 +378,10 @@ class _Loop:
         """
         self.adapter.bind(self._attach())
         now = time.time()
-        self.pending.append(SessionStart(now, self.run_id))
+        pending = self._pending()
+        pending.append(SessionStart(now, self.run_id))
         if start_event is not None:
-            self.pending.append(AddEvent(now, start_event))
+            pending.append(AddEvent(now, start_event))
         return self._host(resumed=False)
 
     def resume(self) -> Coroutine[Any, Any, RunExit]:
@@ -465,6 +483,15 @@ class _Loop:
         pending = self.pending
         while pending and self.exit is None:
             self._process(pending.popleft())
+        if not pending:
+            self.pending = _NO_PENDING
+
+    def _pending(self) -> deque[Tick]:
+        """The queue of ticks to reduce (the loop's own from the first tick on)."""
+        pending = self.pending
+        if pending is _NO_PENDING:
+            pending = self.pending = deque()
+        return pending
 
     def _process(self, tick: Tick) -> None:
         """Reduce one tick and execute its commands, in order."""
@@ -495,6 +522,8 @@ class _Loop:
             self.state, commands = reduce(self.state, tick)
             adapter.processed(tick, self.state, commands)
             deferred.extend(commands)
+        if not self.pending:
+            self.pending = _NO_PENDING
         await adapter.commit()
         self.last_commit = time.time()
         handlers = _HANDLERS
@@ -507,7 +536,7 @@ class _Loop:
         if self._take_available():
             return
         self.idle_requested = False
-        self.pending.append(IdleCheck(time.time()))
+        self._pending().append(IdleCheck(time.time()))
 
     def _input_ready(self) -> bool:
         """Whether the loop need not wait: a due timer or a posted tick was taken, or the
@@ -557,7 +586,7 @@ class _Loop:
             # A stable partition, step ticks first.  Several workers finishing together
             # post a batch per wake-up, nearly all step results: the exact type test
             # spares each of them a call.
-            pending = self.pending
+            pending = self._pending()
             later: list[Tick] = []
             for tick in inbox:
                 if type(tick) is StepResult or _is_step_tick(tick):
@@ -566,7 +595,7 @@ class _Loop:
                     later.append(tick)
             pending.extend(later)
         else:
-            self.pending.append(inbox[0])
+            self._pending().append(inbox[0])
         inbox.clear()
         return True
 
@@ -575,7 +604,7 @@ class _Loop:
         took = False
         while self.heap and self.heap[0][0] <= now:
             _, _, command = heapq.heappop(self.heap)
-            self.pending.append(_due_tick(command, now))
+            self._pending().append(_due_tick(command, now))
             took = True
         return took
 
