@@ -113,13 +113,12 @@ PATCHES = (
     # mypyc fails to store a module in a native instance's attribute of inferred type
     # (``AttributeError: 'TrioPool' object has no attribute '_trio'`` under trio).
     (_LOOP + "_task_pool.py", "        self._trio = trio\n", "        self._trio: Any = trio\n"),
-    # mypy keeps ``self.exit`` narrowed to None across the await that sets it; mypyc
+    # mypy keeps ``self.exit`` narrowed to None across the call that sets it; mypyc
     # trusts the narrowing and raises TypeError ("None object expected") at run time.
     (
         _LOOP + "runner.py",
-        "                await self._wait_for_input()\n                if self.exit is PARKED:",
-        "                await self._wait_for_input()\n"
-        "                if cast(Any, self).exit is PARKED:",
+        "                elif self.exit is PARKED:",
+        "                elif cast(Any, self).exit is PARKED:",
     ),
     # The reducer caches per-config values in the frozen config's ``__dict__``, which a
     # native class does not have: keep RunConfig a plain Python class.

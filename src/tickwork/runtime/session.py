@@ -139,29 +139,33 @@ class DoneFlag:
         elif waiters is not None:
             waiters.set()
 
-    async def wait(self) -> None:
-        """Return once the flag is set."""
+    def wait(self) -> Awaitable[None]:
+        """What to await until the flag is set.
+
+        Under asyncio, a future of the waiter's own, awaited directly rather than through
+        a coroutine of ours (every awaited live run would hold that coroutine).  The
+        cancellation of a waiter cancels its future, which the next waiter (or ``set``)
+        drops.
+        """
         if self._set:
-            return
+            return _nothing()
         loop = running_asyncio_loop()
         if loop is None:
             event = self._event
             if event is None:
                 event = self._event = anyio.Event()
             assert not isinstance(event, list)
-            await event.wait()
-            return
+            return event.wait()
         waiters = self._event
         if waiters is None:
             waiters = self._event = []
-        assert isinstance(waiters, list)
-        future = loop.create_future()
+        else:
+            assert isinstance(waiters, list)
+            if waiters:  # drop the futures of cancelled waiters
+                waiters[:] = [waiter for waiter in waiters if not waiter.done()]
+        future: Awaitable[None] = loop.create_future()
         waiters.append(future)
-        try:
-            await future
-        finally:
-            if self._event is waiters:  # still waiting: a cancelled waiter leaves
-                waiters.remove(future)
+        return future
 
 
 def _publish_and_print(stream: EventStream, printer: Any, item: Any) -> None:
@@ -366,15 +370,19 @@ class RunSession:
             import asyncio
 
             loop = asyncio.get_running_loop()
-            host = (
-                self._host_own_task(resumed, asyncio.current_task)
-                if self.ownership is None
-                else self._host(resumed)
-            )
+            if self.ownership is None:
+                host = self._host_own_task(resumed, asyncio.current_task)
+                # The task runs in the spawn context itself, not in a copy: it sets no
+                # context variable (the step bodies run in copies of their own), and a
+                # copy is one more object that every live run holds.
+                context = self.spawn_context
+            else:
+                host = self._host(resumed)
+                context = self.spawn_context.copy()
             if sys.version_info >= (3, 11) and loop.get_task_factory() is None:
                 # What create_task() does with no task factory, minus its checks and
                 # frame (as the loop's worker pool does).
-                asyncio.Task(host, loop=loop, context=self.spawn_context.copy())
+                asyncio.Task(host, loop=loop, context=context)
             else:
                 self.spawn_context.run(loop.create_task, host)
         else:
@@ -465,7 +473,7 @@ class RunSession:
         # and an ended run must be freed by reference counting, not by the GC.
         self._post = _drop
         self._cancel_scope = None
-        self.start_event = None  # the loop took it
+        self.start_event = None  # a run stopped before its loop took it
         self.stream.close()
         self.done.set()
         self._wake_journal_readers()
@@ -551,6 +559,9 @@ class RunSession:
             self.run_id, self.config.workflow_name, self.start_event, self.start_event is None
         )
         loop = run_loop(self, self.start_event, self.state, self.run_id)
+        # The loop has it now (and lets go of it once reduced): a live run does not keep
+        # its start event, nor the pydantic set and dict that come with it.
+        self.start_event = None
         if self.ownership is not None:
             # Read until the loop ends (``_close``); items posted meanwhile wait in it.
             self._inbox = self.ownership.open_inbox(self, self.serializer, self.spawn_context)

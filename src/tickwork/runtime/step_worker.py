@@ -24,12 +24,12 @@ from tickwork._step_threads import step_thread
 from tickwork.errors import StepTimeoutError, WorkflowRuntimeError
 from tickwork.events import Event
 from tickwork.retry_policy import call_policy, retry_seed
+from tickwork.runtime.control_loop.runner import WorkerLane
 from tickwork.runtime.step_scope import CURRENT_SCOPE, ScopeHost, StepScope, Suspend
 from tickwork.runtime.types.evolve import new_record
 from tickwork.runtime.types.kinds import IS_EVENT
 from tickwork.runtime.types.results import Completed, Failed, StepOutcome, Suspended
 from tickwork.runtime.types.state import Invocation, RunConfig, StepSpec
-from tickwork.runtime.types.ticks import Tick
 
 __all__ = ["WorkerHost", "StepInvoker", "StepInvokers", "check_return_value", "execute_invocation"]
 
@@ -298,16 +298,11 @@ def _failure(
     )
 
 
-async def execute_invocation(
-    session: WorkerHost,
-    invocation: Invocation,
-    post: Callable[[Tick], None],
-    report: Callable[[Invocation, StepOutcome], None],
-    started: Callable[[str], None],
-) -> None:
-    """Run one invocation and hand its outcome to ``report``.  Only cancellation propagates.
+async def execute_invocation(session: WorkerHost, invocation: Invocation, lane: WorkerLane) -> None:
+    """Run one invocation and hand its outcome to ``lane.report``.  Only cancellation
+    propagates.
 
-    ``started(invocation_id)`` is called first, before anything can suspend: the loop
+    ``lane.started(invocation_id)`` is called first, before anything can suspend: the loop
     waits for every dispatched worker to start before it reduces a result.
 
     The outcome is reported from here rather than returned, so that a worker task is this
@@ -316,9 +311,9 @@ async def execute_invocation(
     so the run ends instead of waiting for a result that never comes.
     """
     outcome: StepOutcome
-    started(invocation.invocation_id)
+    lane.started(invocation.invocation_id)
     try:
-        scope = StepScope(session, invocation, post, session.loop_thread)
+        scope = StepScope(session, invocation, lane.post, session.loop_thread)
         invoker = session.invokers[invocation.step]
         span = session.step_span(invocation) if session.run_span is not None else None
         try:
@@ -367,7 +362,7 @@ async def execute_invocation(
             scope.close()
     except Exception as error:
         outcome = Failed(error, None, time.time())
-    report(invocation, outcome)
+    lane.report(invocation, outcome)
     # A failure's traceback holds this frame: drop the outcome (which holds the
     # exception) so that the two do not keep each other alive for the GC to find.
     del outcome

@@ -27,6 +27,8 @@ class TaskPool:
     of a generic task group, a cancel scope per invocation and an ``Event`` per wait
     roughly halved the framework's cost per step."""
 
+    __slots__ = ()
+
     def spawn(self, key: str, worker: Coroutine[Any, Any, None], context: Context) -> None:
         """Start ``worker`` as the task of worker ``key`` in a copy of ``context``."""
         raise NotImplementedError
@@ -53,18 +55,27 @@ class TaskPool:
         raise NotImplementedError
 
 
-class AsyncioPool(TaskPool):
-    """Plain asyncio tasks and a future per wait."""
+class AsyncioPool(TaskPool, dict[str, Any]):
+    """Plain asyncio tasks and a future per wait.
+
+    The pool is its own task map (worker key -> its task, until it reports, when the
+    loop pops it, or is cancelled): one object per live run rather than two.
+    """
+
+    __slots__ = ("_loop", "_task", "_waiter")
 
     def __init__(self) -> None:
         import asyncio
 
+        super().__init__()
         self._loop = asyncio.get_running_loop()
         self._task: Any = asyncio.Task
-        self.tasks: dict[str, Any] = {}
-        """Worker key -> its task, until it reports (the loop pops it then) or is
-        cancelled."""
         self._waiter: Any = None
+
+    @property
+    def tasks(self) -> dict[str, Any]:
+        """Worker key -> its task (the pool itself)."""
+        return self
 
     def spawn(self, key: str, worker: Coroutine[Any, Any, None], context: Context) -> None:
         # No done-callback: each one costs a scheduled handle; the worker calls done().
@@ -77,25 +88,25 @@ class AsyncioPool(TaskPool):
             task = self._task(worker, loop=loop, context=context.copy())
         else:
             task = loop.create_task(worker, context=context.copy())  # type: ignore[call-arg]
-        self.tasks[key] = task
+        self[key] = task
 
     def done(self, key: str) -> None:
-        self.tasks.pop(key, None)
+        self.pop(key, None)
 
     def cancel(self, key: str) -> None:
-        task = self.tasks.pop(key, None)
+        task = self.pop(key, None)
         if task is not None:
             task.cancel()
 
     def cancel_all(self) -> None:
-        for task in list(self.tasks.values()):
+        for task in list(self.values()):
             task.cancel()
-        self.tasks.clear()
+        self.clear()
 
     def idle(self) -> bool:
         # A cancelled task is forgotten at once: it unwinds on its own and reports
         # nothing, so it does not keep a run from parking.
-        return not self.tasks
+        return not self
 
     def wake(self) -> None:
         waiter = self._waiter
@@ -134,7 +145,7 @@ class TrioPool(TaskPool):
         self._wake_when_idle = wake_when_idle
         self._nursery: Any = None
         self._scopes: dict[str, Any] = {}
-        self._event: Any = None
+        self._sleeper: Any = None  # the loop's task while it waits (see ``wait``)
         self._live = 0  # children not exited yet (cancelled ones included)
         self._deferred: list[tuple[str, Coroutine[Any, Any, None], Context]] = []
 
@@ -190,19 +201,33 @@ class TrioPool(TaskPool):
         return not self._live
 
     def wake(self) -> None:
-        if self._event is not None:
-            self._event.set()
+        task = self._sleeper
+        if task is not None:
+            self._sleeper = None
+            self._trio.lowlevel.reschedule(task)
 
-    async def wait(self, delay: float | None) -> None:
-        event = self._event = self._trio.Event()
-        try:
-            if delay is None:
-                await event.wait()
-            else:
-                with self._trio.move_on_after(delay):
-                    await event.wait()
-        finally:
-            self._event = None
+    def wait(self, delay: float | None) -> Awaitable[None]:
+        # The loop's task sleeps in trio's own primitive until ``wake`` reschedules it:
+        # no ``Event`` (with its set of tasks, its coroutine and its abort closure), no
+        # coroutine of ours when there is no limit, for every live run.
+        if delay is not None:
+            return self._wait_at_most(delay)
+        lowlevel = self._trio.lowlevel
+        self._sleeper = lowlevel.current_task()
+        sleep: Awaitable[None] = lowlevel.wait_task_rescheduled(self._abort)
+        return sleep
+
+    async def _wait_at_most(self, delay: float) -> None:
+        lowlevel = self._trio.lowlevel
+        with self._trio.move_on_after(delay):
+            self._sleeper = lowlevel.current_task()
+            await lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, raise_cancel: Any) -> Any:
+        """The sleeping loop is cancelled (or its limit is up): it is no longer there to
+        wake."""
+        self._sleeper = None
+        return self._trio.lowlevel.Abort.SUCCEEDED
 
 
 def running_asyncio() -> bool:

@@ -21,7 +21,7 @@ import logging
 import time
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 import anyio
@@ -72,6 +72,7 @@ __all__ = [
     "ResumedLoop",
     "RunExit",
     "TimerHeap",
+    "WorkerLane",
     "control_loop",
     "run_loop",
     "resume_loop",
@@ -81,11 +82,23 @@ __all__ = [
 _log = logging.getLogger("tickwork.runtime")
 
 PostTick = Callable[[Tick], None]
-ReportOutcome = Callable[[Invocation, StepOutcome], None]
-MarkStarted = Callable[[str], None]
-RunStep = Callable[
-    [Any, Invocation, PostTick, ReportOutcome, MarkStarted], Coroutine[Any, Any, None]
-]
+
+
+class WorkerLane(Protocol):
+    """How a worker reaches the loop that dispatched it (the loop itself: one object
+    that every worker of the run shares, rather than bound methods the run would hold)."""
+
+    def post(self, tick: Tick) -> None:
+        """Feed a tick into the run (a step's send, a stream write handed over)."""
+
+    def started(self, invocation_id: str) -> None:
+        """The worker of ``invocation_id`` has begun (before its step body runs)."""
+
+    def report(self, invocation: Invocation, outcome: StepOutcome) -> None:
+        """The invocation's outcome (a cancelled worker reports none)."""
+
+
+RunStep = Callable[[Any, Invocation, WorkerLane], Coroutine[Any, Any, None]]
 
 
 class RunExit:
@@ -139,12 +152,12 @@ class LoopAdapter(Protocol):
 
     @property
     def run_step(self) -> RunStep:
-        """``run_step(adapter, invocation, post, report, started)``: a coroutine executing
-        one invocation, ending with ``report(invocation, outcome)``.
+        """``run_step(adapter, invocation, lane)``: a coroutine executing one invocation,
+        ending with ``lane.report(invocation, outcome)``.
 
         A plain function of the adapter (read from it once per run), not a method: the loop
         calls it per invocation without a bound method's frame.  It calls
-        ``started(invocation.invocation_id)`` first thing, before the step body.  Only
+        ``lane.started(invocation.invocation_id)`` first thing, before the step body.  Only
         cancellation may raise: a failing step, or a failure of the adapter itself, is
         reported as a ``Failed`` outcome.  A cancelled invocation reports nothing.
         """
@@ -256,6 +269,26 @@ _NO_TICKS: list[Tick] = []
 _NO_TIMERS: TimerHeap = []
 
 
+class _NoPending(deque[Tick]):
+    """The type of ``_NO_PENDING``: an empty queue that refuses ticks, so that it never
+    becomes a queue shared by loops."""
+
+    def append(self, tick: Tick) -> None:
+        raise AssertionError("a tick for the shared empty queue: use _Loop._pending()")
+
+    def extend(self, ticks: Iterable[Tick]) -> None:
+        raise AssertionError("ticks for the shared empty queue: use _Loop._pending()")
+
+
+# The queue of ticks to reduce of every loop between drains: a loop makes its own when
+# a tick comes (``_pending``) and lets it go once drained.  A live run spends most of
+# its life waiting with nothing to reduce, and a queue is one more object to scan.
+_NO_PENDING: deque[Tick] = _NoPending()
+# ``_Loop.unstarted`` while every dispatched worker has begun (most of a run's life): a
+# loop makes a set when it dispatches one and drops it once they have all begun.
+_ALL_STARTED: frozenset[str] = frozenset()
+
+
 class _Loop:
     """The drain/wait loop of one run (until it ends or parks)."""
 
@@ -269,7 +302,7 @@ class _Loop:
         self.adapter = adapter
         self.state = state
         self.run_id = run_id
-        self.pending: deque[Tick] = deque()
+        self.pending: deque[Tick] = _NO_PENDING
         self.heap: TimerHeap = timers if timers is not None else _NO_TIMERS
         self.heap_seq = max(seq for _, seq, _ in timers) if timers else 0
         self.exit: RunExit | None = None
@@ -285,11 +318,7 @@ class _Loop:
         # Invocations whose worker task has not begun yet.  While any has not, posted
         # ticks wait for the loop task: every worker dispatched before a result is
         # processed gets to start first (see ``post``).
-        self.unstarted: set[str] = set()
-        # (post, report, started) for every worker: bound once per run rather than per
-        # invocation.  The loop refers to them and they to the loop, so ``run`` drops
-        # them when it ends: an ended run is freed by reference counting.
-        self.worker_hooks: tuple[PostTick, ReportOutcome, MarkStarted] | None = None
+        self.unstarted: set[str] | frozenset[str] = _ALL_STARTED
         # Stream writes published but not yet accounted in ``state``: how many, and
         # the alive time and last stamp they accrued (see ``write``).
         self.batches_writes = not adapter.durable and not adapter.observes_ticks
@@ -349,9 +378,10 @@ class _Loop:
         """
         self.adapter.bind(self._attach())
         now = time.time()
-        self.pending.append(SessionStart(now, self.run_id))
+        pending = self._pending()
+        pending.append(SessionStart(now, self.run_id))
         if start_event is not None:
-            self.pending.append(AddEvent(now, start_event))
+            pending.append(AddEvent(now, start_event))
         return self._host(resumed=False)
 
     def resume(self) -> Coroutine[Any, Any, RunExit]:
@@ -363,10 +393,8 @@ class _Loop:
     def _attach(self) -> PostTick:
         """Hand the workers and the stream their ways into this loop (``_stop`` takes
         them back) and return the loop's tick feed."""
-        post = self.post  # one bound method for the adapter and the workers
-        self.worker_hooks = (post, self._report, self.unstarted.discard)
         self.adapter.stream_lane = self
-        return post
+        return self.post
 
     def _host(self, resumed: bool) -> Coroutine[Any, Any, RunExit]:
         """The coroutine the run's task awaits: ``_drive`` itself under asyncio (every
@@ -398,8 +426,7 @@ class _Loop:
         """The run's loop ends (or parks): cancel the workers, let go of what refers back
         to it."""
         self.pool.cancel_all()
-        self.unstarted.clear()
-        self.worker_hooks = None
+        self.unstarted = _ALL_STARTED
         self.settle_writes()
         self.adapter.stream_lane = None
 
@@ -409,7 +436,13 @@ class _Loop:
 
     async def _drive(self, resumed: bool) -> RunExit:
         """Drive the run until it ends or parks (its exit); the loop stops (``_stop``)
-        whatever happens."""
+        whatever happens.
+
+        Between drains it waits for the first of: a posted tick, the next due timer, an
+        idle check.  The wait is written out here, not in a coroutine of its own: every
+        coroutine between the run's task and the loop's wait is an object that each live
+        run holds.
+        """
         adapter = self.adapter
         try:
             if resumed:  # a tick reduced before this task began may have dispatched workers
@@ -423,8 +456,22 @@ class _Loop:
                 if self.exit is not None:
                     adapter.finish(self.exit)
                     return self.exit
-                await self._wait_for_input()
-                if self.exit is PARKED:
+                if self.idle_requested:
+                    await anyio.lowlevel.checkpoint()
+                    self._take_idle_check()
+                elif not self._input_ready():
+                    self.waiting = True
+                    try:
+                        await self.pool.wait(self._wait_limit())
+                        self._take_due_timers()
+                    finally:
+                        self.waiting = False
+                    while self.unstarted and self.exit is None:
+                        await anyio.lowlevel.checkpoint()  # let dispatched workers begin first
+                    if not self._take_available() and self._heartbeat_due():
+                        await adapter.heartbeat()
+                        self.last_commit = time.time()
+                elif self.exit is PARKED:
                     return PARKED
                 if self.crash is not None:
                     raise self.crash
@@ -436,6 +483,15 @@ class _Loop:
         pending = self.pending
         while pending and self.exit is None:
             self._process(pending.popleft())
+        if not pending:
+            self.pending = _NO_PENDING
+
+    def _pending(self) -> deque[Tick]:
+        """The queue of ticks to reduce (the loop's own from the first tick on)."""
+        pending = self.pending
+        if pending is _NO_PENDING:
+            pending = self.pending = deque()
+        return pending
 
     def _process(self, tick: Tick) -> None:
         """Reduce one tick and execute its commands, in order."""
@@ -471,6 +527,8 @@ class _Loop:
                 deferred = commands
             else:
                 deferred += commands
+        if not self.pending:
+            self.pending = _NO_PENDING
         await adapter.commit()
         self.last_commit = time.time()
         if deferred is None:
@@ -479,17 +537,19 @@ class _Loop:
         for command in deferred:
             handlers[type(command)](self, command)
 
-    async def _wait_for_input(self) -> None:
-        """Wait for the first of: a posted tick, the next due timer, an idle check."""
-        if self.idle_requested:
-            await anyio.lowlevel.checkpoint()
-            if self._take_available():
-                return
-            self.idle_requested = False
-            self.pending.append(IdleCheck(time.time()))
+    def _take_idle_check(self) -> None:
+        """The idle check asked for is due (after a checkpoint): feed it in, unless a
+        tick was posted meanwhile (the run is not idle then)."""
+        if self._take_available():
             return
+        self.idle_requested = False
+        self._pending().append(IdleCheck(time.time()))
+
+    def _input_ready(self) -> bool:
+        """Whether the loop need not wait: a due timer or a posted tick was taken, or the
+        run parked (its ``exit`` is ``PARKED`` then)."""
         if self._take_due_timers() or self._take_available():
-            return
+            return True
         if self._parkable():
             self.settle_writes()  # the run parks with every write accounted
             if self.adapter.park(self.heap or None):
@@ -497,18 +557,8 @@ class _Loop:
                 # late posts, which ``post`` forwards.
                 self.heap = _NO_TIMERS
                 self.exit = PARKED
-                return
-        self.waiting = True
-        try:
-            await self.pool.wait(self._wait_limit())
-            self._take_due_timers()
-        finally:
-            self.waiting = False
-        while self.unstarted and self.exit is None:
-            await anyio.lowlevel.checkpoint()  # let dispatched workers begin first
-        if not self._take_available() and self._heartbeat_due():
-            await self.adapter.heartbeat()
-            self.last_commit = time.time()
+                return True
+        return False
 
     def _parkable(self) -> bool:
         """Whether the run's only remaining work is waiters and timers: no worker task
@@ -543,7 +593,7 @@ class _Loop:
             # A stable partition, step ticks first.  Several workers finishing together
             # post a batch per wake-up, nearly all step results: the exact type test
             # spares each of them a call.
-            pending = self.pending
+            pending = self._pending()
             later: list[Tick] = []
             for tick in inbox:
                 if type(tick) is StepResult or _is_step_tick(tick):
@@ -552,7 +602,7 @@ class _Loop:
                     later.append(tick)
             pending.extend(later)
         else:
-            self.pending.append(inbox[0])
+            self._pending().append(inbox[0])
         inbox.clear()
         return True
 
@@ -561,7 +611,7 @@ class _Loop:
         took = False
         while self.heap and self.heap[0][0] <= now:
             _, _, command = heapq.heappop(self.heap)
-            self.pending.append(_due_tick(command, now))
+            self._pending().append(_due_tick(command, now))
             took = True
         return took
 
@@ -572,14 +622,25 @@ class _Loop:
         publish(command)  # stands for the invocation's RUNNING state
         invocation = command.invocation
         key = invocation.invocation_id
-        self.unstarted.add(key)
-        hooks = self.worker_hooks
-        assert hooks is not None  # commands run only while ``run`` drives the loop
-        post, report, started = hooks  # a call by position, not ``*hooks``: no tuple built
-        worker = self.run_step(self.adapter, invocation, post, report, started)
+        unstarted = self.unstarted
+        if type(unstarted) is set:
+            unstarted.add(key)
+        else:
+            self.unstarted = {key}
+        worker = self.run_step(self.adapter, invocation, self)
         self.pool.spawn(key, worker, self.spawn_context)
 
-    def _report(self, invocation: Invocation, outcome: StepOutcome) -> None:
+    def started(self, invocation_id: str) -> None:
+        """The worker of ``invocation_id`` has begun (or was cancelled before it did)."""
+        unstarted = self.unstarted
+        if invocation_id in unstarted:
+            if len(unstarted) == 1:
+                self.unstarted = _ALL_STARTED
+            else:
+                assert type(unstarted) is set
+                unstarted.discard(invocation_id)
+
+    def report(self, invocation: Invocation, outcome: StepOutcome) -> None:
         """A worker's outcome (a cancelled worker reports none): post it as a tick."""
         tasks = self.worker_tasks
         if tasks is not None:
@@ -706,7 +767,7 @@ class _Loop:
             self.pool.wake()
 
     def _cancel_worker(self, command: CancelWorker) -> None:
-        self.unstarted.discard(command.invocation_id)
+        self.started(command.invocation_id)
         self.pool.cancel(command.invocation_id)
 
     def _publish(self, command: PublishEvent) -> None:
