@@ -31,6 +31,8 @@ from tickwork.stores.encoded import TextOutcome, TextRecord, TextStreamItem, rec
 from tickwork.stores.store import is_progress
 from tickwork.types import JournalRecord
 
+from .json_strategies import json_values
+
 
 class Note(Event):
     text: str
@@ -204,20 +206,7 @@ async def test_a_payload_sqlite_cannot_journal_still_fails_naming_it(tmp_path: P
 
 # -- the property: any common tick, any JSON-able payload ------------------------------
 
-_json_leaves = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(max_size=12)
-)
-_json_values = st.recursive(
-    _json_leaves,
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
+_json_values = json_values(key_size=5, text_size=12, max_leaves=8)
 _notes = st.builds(
     Note,
     text=st.text(max_size=12),

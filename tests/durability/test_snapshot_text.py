@@ -30,6 +30,8 @@ from tickwork.serde.serializers import JsonSerializer
 from tickwork.serde.snapshot import SnapshotCache, empty_worker, encode_snapshot
 from tickwork.serde.snapshot_text import json_text, snapshot_text
 
+from .json_strategies import json_values
+
 SER = JsonSerializer()
 KEYS = [
     "version",
@@ -47,20 +49,7 @@ KEYS = [
     "journal_seq",
 ]
 
-_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(max_size=8)
-)
-_json = st.recursive(
-    _scalars,
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
-    ),
-    max_leaves=12,
-)
+_json = json_values(key_size=4, text_size=8, max_leaves=12)
 
 
 def _idle_worker() -> dict[str, Any]:
