@@ -31,23 +31,10 @@ from tickwork.serde.snapshot import SnapshotCache, empty_worker, encode_snapshot
 from tickwork.serde.snapshot_text import json_text, snapshot_text
 
 from .json_strategies import json_values
+from .snapshot_keys import SNAPSHOT_KEYS
 
 SER = JsonSerializer()
-KEYS = [
-    "version",
-    "state",
-    "is_running",
-    "workers",
-    "stream_seq",
-    "work_item_seq",
-    "invocation_seq",
-    "deliveries",
-    "streams",
-    "collection_release_states",
-    "elapsed_alive",
-    "last_alive_stamp",
-    "journal_seq",
-]
+KEYS = SNAPSHOT_KEYS
 
 _json = json_values(key_size=4, text_size=8, max_leaves=12)
 

@@ -41,23 +41,11 @@ from tickwork.handler import WorkflowHandler
 from tickwork.retry_policy import retry_policy, stop_after_attempt, wait_fixed
 from tickwork.serde.serializers import JsonSerializer, PickleSerializer
 
+from .snapshot_keys import SNAPSHOT_KEYS
+
 TIMEOUT = 10.0
 
-TOP_KEYS = {
-    "version",
-    "state",
-    "is_running",
-    "workers",
-    "stream_seq",
-    "work_item_seq",
-    "invocation_seq",
-    "deliveries",
-    "streams",
-    "collection_release_states",
-    "elapsed_alive",
-    "last_alive_stamp",
-    "journal_seq",
-}
+TOP_KEYS = set(SNAPSHOT_KEYS)
 WORKER_KEYS = {
     "queue",
     "in_progress",
