@@ -151,12 +151,12 @@ class StepScope:
     __slots__ = (
         "__weakref__",
         "_context",
-        "_loop_thread",
         "_post",
         "_views",
         "collect_ops",
         "deleted_waiters",
         "invocation",
+        "loop_thread",
         "returned",
         "sends",
         "session",
@@ -173,7 +173,8 @@ class StepScope:
         self.session = session
         self.invocation = invocation
         self._post = post
-        self._loop_thread = loop_thread
+        self.loop_thread = loop_thread
+        """The event loop's thread: writes from it go straight to the stream lane."""
         self.sends = 0
         self.returned = False
         # Created on first use: most invocations never collect nor time out a waiter.
@@ -201,7 +202,7 @@ class StepScope:
 
     def _hand_to_loop(self, tick: Tick) -> None:
         thread = threading.get_ident()
-        if thread == self._loop_thread:
+        if thread == self.loop_thread:
             self._post(tick)
             return
         if thread != self.worker_thread:
@@ -260,7 +261,7 @@ class StepScope:
         """Publish ``event`` to the run's stream (``None`` is a no-op)."""
         if event is None or (self.returned and self._late("write_event_to_stream")):
             return
-        if _get_ident() == self._loop_thread:  # the common case, for tight loops
+        if _get_ident() == self.loop_thread:  # Context.write_event_to_stream inlines this
             lane = self.session.stream_lane
             if lane is not None:  # else the loop has stopped: the run has ended
                 lane.write(event, self.invocation.invocation_id)
