@@ -167,6 +167,41 @@ async def test_a_reader_waiting_when_the_stream_shrinks_gets_what_was_pushed_bef
     assert got == [1, 2]
 
 
+@pytest.mark.anyio
+async def test_quiet_items_is_the_buffer_only_while_no_reader_waits() -> None:
+    """``quiet_items`` (where a run's loop appends its steps' writes without ``push``)
+    is ``None`` whenever an append there would not wake a waiting reader or would go to
+    a buffer let go; an item appended there reads back as a pushed one."""
+    stream = EventStream()
+    assert stream.quiet_items is stream._items
+    got: list[int] = []
+
+    async def reader() -> None:
+        async for ev in stream.iterate(expose_internal=False):
+            got.append(ev.n)
+            if len(got) == 2:
+                return
+
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            await anyio.wait_all_tasks_blocked()
+            assert stream.quiet_items is None  # the reader waits: a push must wake it
+            stream.push(Ping(n=1))
+            assert stream.quiet_items is stream._items
+            await anyio.wait_all_tasks_blocked()
+            assert stream.quiet_items is None
+            stream.push(Ping(n=2))
+    assert got == [1, 2]
+    stream.shrink()
+    assert stream.quiet_items is None
+    stream.push(Ping(n=3))
+    assert stream.quiet_items is stream._items
+    stream.quiet_items.append(Ping(n=4))
+    stream.push(StopEvent())
+    assert [getattr(ev, "n", None) async for ev in stream.iterate(False)] == [3, 4, None]
+
+
 def test_a_shrunk_stream_holds_no_deque() -> None:
     """What shrinking is for: a parked run's stream keeps a small tuple, not a deque
     with its block of 64 slots."""

@@ -105,3 +105,60 @@ async def test_batched_writes_accrue_alive_time_as_ticks_do(
     reference = await _observe(journal=True)
     assert batched[1] == reference[1]
     assert batched[2] == reference[2]
+
+
+class Paced(Workflow):
+    """Writes one event, waits for the caller to see it, writes the next: a batch left
+    open while the caller waits for more (nothing is reduced between the writes)."""
+
+    seen: list[anyio.Event]
+
+    @step
+    async def write(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        for number in range(3):
+            ctx.write_event_to_stream(Tick(number=number))
+            await self.seen[number].wait()
+        return StopEvent(result="done")
+
+
+@pytest.mark.anyio
+async def test_a_batched_write_wakes_a_waiting_reader() -> None:
+    workflow = Paced(timeout=None)
+    workflow.seen = [anyio.Event() for _ in range(3)]
+    handler = workflow.run()
+    numbers: list[int] = []
+    with anyio.fail_after(5):  # a write that did not wake the reader would hang here
+        async for ev in handler.stream_events():
+            if isinstance(ev, Tick):
+                numbers.append(ev.number)
+                workflow.seen[ev.number].set()
+        assert await handler == "done"
+    assert numbers == [0, 1, 2]
+
+
+class Stopping(Workflow):
+    """Writes events and then a stop event to the stream, in one batch, and waits."""
+
+    release: anyio.Event
+
+    @step
+    async def write(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        for number in range(3):
+            ctx.write_event_to_stream(Tick(number=number))
+        ctx.write_event_to_stream(StopEvent(result="streamed"))
+        await self.release.wait()
+        return StopEvent(result="done")
+
+
+@pytest.mark.anyio
+async def test_a_stop_event_written_in_a_batch_is_the_stream_s_terminal_event() -> None:
+    workflow = Stopping(timeout=None)
+    workflow.release = anyio.Event()
+    handler = workflow.run()
+    seen = [ev async for ev in handler.stream_events()]
+    assert [type(ev).__name__ for ev in seen] == ["Tick", "Tick", "Tick", "StopEvent"]
+    assert seen[-1].result == "streamed"
+    # Recorded as the terminal event when pushed, as any stop event published.
+    assert handler._session.stream.terminal_event is seen[-1]
+    workflow.release.set()
+    assert await handler == "done"

@@ -31,7 +31,7 @@ from tickwork.runtime.types.commands import PublishStepState, RunWorker
 from tickwork.runtime.types.kinds import IS_INTERNAL, IS_STOP
 from tickwork.runtime.types.step_id import WORKER_NAMES
 
-__all__ = ["EventStream", "materialize", "step_state_record"]
+__all__ = ["AS_IS", "EventStream", "materialize", "step_state_record"]
 
 _STATES = {
     "running": StepState.RUNNING,
@@ -193,6 +193,10 @@ _TERMINAL: Any = object()
 _PUSHES: dict[type, Any] = {}
 """Class -> what ``push`` does with an item of it (``_push_handle_of``)."""
 
+AS_IS: set[type] = set()
+"""The classes ``push`` has met whose items it buffers as they are (neither a step state
+command nor a ``StopEvent``): what may go straight into ``EventStream.quiet_items``."""
+
 
 def _push_handle_of(cls: type) -> Any:
     """Compute and remember what ``push`` does with an item of ``cls``, in one lookup:
@@ -200,10 +204,13 @@ def _push_handle_of(cls: type) -> Any:
     (keep it as is)."""
     if len(_PUSHES) >= _MAX_CLASSES:
         _PUSHES.clear()
+        AS_IS.clear()
     handle = _RECORDERS.get(cls)
     if handle is None and IS_STOP[cls]:
         handle = _TERMINAL
     _PUSHES[cls] = handle
+    if handle is None:
+        AS_IS.add(cls)
     return handle
 
 
@@ -238,6 +245,10 @@ class EventStream:
         self._kept: tuple[Any, ...] = ()
         self._closed = False
         self._changed: anyio.Event | None = None
+        self.quiet_items: deque[Any] | None = self._items
+        """The buffer while no reader waits for it (and it is not let go): an item of a
+        class in ``AS_IS`` appended there is pushed, without ``push``'s frame (a run's
+        loop does so for the stream writes of its steps); ``None`` otherwise."""
         self.consumed = False
         self.terminal_event: StopEvent | None = None
 
@@ -271,11 +282,14 @@ class EventStream:
             self._kept = tuple(items)
             items.clear()  # a reader suspended in ``iterate`` may still hold it
             self._items = _NO_ITEMS
+            self.quiet_items = None
 
     def _restore(self) -> deque[Any]:
         """A buffer again, for a push to a shrunk stream."""
         items = self._items = deque(self._kept)
         self._kept = ()
+        if self._changed is None:
+            self.quiet_items = items
         return items
 
     def close(self) -> None:
@@ -286,6 +300,8 @@ class EventStream:
     def _wake(self) -> None:
         changed, self._changed = self._changed, None
         if changed is not None:
+            items = self._items
+            self.quiet_items = items if items is not _NO_ITEMS else None
             changed.set()
 
     @property
@@ -309,6 +325,7 @@ class EventStream:
                 return False, None
             if self._changed is None:
                 self._changed = anyio.Event()
+                self.quiet_items = None  # pushes must wake this reader
             await self._changed.wait()
         return True, self._items.popleft()
 

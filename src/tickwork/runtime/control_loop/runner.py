@@ -35,6 +35,7 @@ from tickwork.runtime.control_loop._task_pool import (
     running_asyncio,
 )
 from tickwork.runtime.control_loop.reduce import account_stream_writes, reduce
+from tickwork.runtime.event_stream import AS_IS, EventStream
 from tickwork.runtime.types.commands import (
     CancelWorker,
     Command,
@@ -329,6 +330,15 @@ class _Loop:
             AsyncioPool() if running_asyncio() else TrioPool(wake_when_idle=self.drains_inline)
         )
         self.publish = adapter.publish
+        # The stream ``publish`` pushes to, when it is a bare ``EventStream.push``: a
+        # batched write appends there directly (``EventStream.quiet_items``).
+        owner = getattr(self.publish, "__self__", None)
+        self.stream = (
+            owner
+            if isinstance(owner, EventStream)
+            and getattr(self.publish, "__func__", None) is EventStream.push
+            else None
+        )
         self.run_step = adapter.run_step
         # The asyncio pool's task map, which a reporting worker leaves (``pool.done``
         # inlined: a call per step); ``None`` under trio, whose workers leave on exit.
@@ -675,6 +685,12 @@ class _Loop:
                     self.write_elapsed += now - self.write_stamp
                     self.write_stamp = now
                 self.unaccounted += 1
+                stream = self.stream
+                if stream is not None:
+                    items = stream.quiet_items
+                    if items is not None and type(event) in AS_IS:
+                        items.append(event)  # what ``publish`` does then, without its frame
+                        return
                 # Through a local: ``self.publish(...)`` is a method-call lookup that
                 # cannot be specialized for an attribute holding a bound method.
                 publish = self.publish
