@@ -135,6 +135,15 @@ class StreamLane(Protocol):
         may be waiting for its journal store, which no cancellation interrupts."""
 
 
+class _Unbuffered:
+    """The ``stream`` of a loop whose ``publish`` is not a bare ``EventStream.push``
+    (verbose output, a fleet worker's discarded stream): it never takes a write."""
+
+    quiet_items = None
+
+
+_UNBUFFERED = _Unbuffered()
+
 PARKED = RunExit("parked")
 """The ``exit`` of a loop whose run parked (the run goes on without it)."""
 
@@ -333,11 +342,11 @@ class _Loop:
         # The stream ``publish`` pushes to, when it is a bare ``EventStream.push``: a
         # batched write appends there directly (``EventStream.quiet_items``).
         owner = getattr(self.publish, "__self__", None)
-        self.stream = (
+        self.stream: EventStream | _Unbuffered = (
             owner
             if isinstance(owner, EventStream)
             and getattr(self.publish, "__func__", None) is EventStream.push
-            else None
+            else _UNBUFFERED
         )
         self.run_step = adapter.run_step
         # The asyncio pool's task map, which a reporting worker leaves (``pool.done``
@@ -685,12 +694,10 @@ class _Loop:
                     self.write_elapsed += now - self.write_stamp
                     self.write_stamp = now
                 self.unaccounted += 1
-                stream = self.stream
-                if stream is not None:
-                    items = stream.quiet_items
-                    if items is not None and type(event) in AS_IS:
-                        items.append(event)  # what ``publish`` does then, without its frame
-                        return
+                items = self.stream.quiet_items
+                if items is not None and type(event) in AS_IS:
+                    items.append(event)  # what ``publish`` does then, without its frame
+                    return
                 # Through a local: ``self.publish(...)`` is a method-call lookup that
                 # cannot be specialized for an attribute holding a bound method.
                 publish = self.publish
