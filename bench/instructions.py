@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Scenario -> the body to run at size n (after a warm-up at size 3), as Python source.
 BODIES = {
     "baseline": "from bench.baseline import _hops as body",
+    "chain_floor": "from bench.chain_floor import _floor as body",
     "chain": (
         "from bench.chain import Chain\n"
         "workflow = Chain(timeout=None)\n"
