@@ -103,7 +103,11 @@ anyio.run(main)
 
 def instructions(scenario: str, n: int) -> int:
     """The instructions callgrind counts for one process running ``scenario`` at ``n``."""
-    driver = _DRIVER.format(root=str(ROOT), src=str(ROOT / "src"), body=BODIES[scenario], n=n)
+    return count(_DRIVER.format(root=str(ROOT), src=str(ROOT / "src"), body=BODIES[scenario], n=n))
+
+
+def count(driver: str) -> int:
+    """The instructions callgrind counts for one interpreter running ``driver`` (source)."""
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "driver.py"
         script.write_text(driver)
