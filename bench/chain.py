@@ -72,5 +72,6 @@ SCENARIO = Scenario(
     sizes=(1_000, 10_000),
     quick_sizes=(100, 1_000),
     measure=measure,
+    vs_scenario="chain_floor",
     goal="<= 2.8x the raw-asyncio hop (0.1: 3.6-4.0x)",
 )

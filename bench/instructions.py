@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Scenario -> the body to run at size n (after a warm-up at size 3), as Python source.
 BODIES = {
     "baseline": "from bench.baseline import _hops as body",
+    "chain_floor": "from bench.chain_floor import _floor as body",
     "chain": (
         "from bench.chain import Chain\n"
         "workflow = Chain(timeout=None)\n"
@@ -102,7 +103,11 @@ anyio.run(main)
 
 def instructions(scenario: str, n: int) -> int:
     """The instructions callgrind counts for one process running ``scenario`` at ``n``."""
-    driver = _DRIVER.format(root=str(ROOT), src=str(ROOT / "src"), body=BODIES[scenario], n=n)
+    return count(_DRIVER.format(root=str(ROOT), src=str(ROOT / "src"), body=BODIES[scenario], n=n))
+
+
+def count(driver: str) -> int:
+    """The instructions callgrind counts for one interpreter running ``driver`` (source)."""
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "driver.py"
         script.write_text(driver)

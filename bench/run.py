@@ -42,6 +42,7 @@ from bench._harness import Scenario
 # Scenario name -> module defining ``SCENARIO``, in the order they run.
 SCENARIO_MODULES = {
     "baseline": "bench.baseline",
+    "chain_floor": "bench.chain_floor",
     "chain": "bench.chain",
     "fanout_collect": "bench.fanout_collect",
     "send_collect": "bench.send_collect",

@@ -186,3 +186,15 @@ def test_bench_runs_as_a_module_and_as_a_script() -> None:
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "\nbaseline " in proc.stdout
+
+
+@needs_runtime
+@pytest.mark.parametrize("name", ["chain", "fanout_collect"])
+def test_reducer_cost_records_every_tick_of_a_run(name: str) -> None:
+    # bench/reducer_cost.py replays the (state, tick) pairs its driver records by
+    # wrapping the runner's ``reduce``: if the loop stopped calling it through that
+    # name, nothing would be recorded and the figure would be meaningless.
+    from bench import reducer_cost
+
+    ticks = reducer_cost._ticks(name, TINY)
+    assert ticks >= TINY  # one step result per hop or item, at least
