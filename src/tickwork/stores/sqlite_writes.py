@@ -46,8 +46,11 @@ __all__ = [
 ]
 
 
-def replace_snapshot(conn: sqlite3.Connection, run_id: str, seq: int, text: str) -> None:
-    """Store the compacting snapshot taken before record ``seq``; drop older history."""
+def replace_snapshot(
+    conn: sqlite3.Connection, run_id: str, seq: int, text: str, patches: bool = True
+) -> None:
+    """Store the compacting snapshot taken before record ``seq``; drop older history
+    (``patches=False``: the run is known to have no state patches to drop)."""
     # The run has its snapshot row (registration wrote it): rewriting it in place costs
     # less than ``INSERT OR REPLACE`` (which deletes it, then inserts it again).
     if not conn.execute(
@@ -55,7 +58,8 @@ def replace_snapshot(conn: sqlite3.Connection, run_id: str, seq: int, text: str)
     ).rowcount:
         conn.execute("INSERT INTO snapshots VALUES (?, ?, ?)", (run_id, seq, text))
     conn.execute("DELETE FROM records WHERE run_id = ? AND seq < ?", (run_id, seq))
-    conn.execute("DELETE FROM state_patches WHERE run_id = ? AND after_seq < ?", (run_id, seq))
+    if patches:
+        conn.execute("DELETE FROM state_patches WHERE run_id = ? AND after_seq < ?", (run_id, seq))
 
 
 def register(
@@ -71,10 +75,12 @@ def register(
     lease_seconds: float,
     lease: Lease | None,
     now: float,
+    fresh: list[str] | None = None,
 ) -> Lease | None:
     """``register_run`` (store.py): the run, or its new session, is ``running`` from the
     snapshot at ``seq``; fenced by ``lease``, or taken over by ``owner`` unless another
-    worker holds a live lease.  A new run's journal starts right before ``seq``."""
+    worker holds a live lease.  A new run's journal starts right before ``seq``; its id
+    is appended to ``fresh`` (once committed, the run is known to have no history)."""
     label = journal_label(path, run_id)
     with immediate(conn):
         if lease is None and _insert_new(
@@ -89,6 +95,8 @@ def register(
             lease_seconds,
             now,
         ):
+            if fresh is not None:
+                fresh.append(run_id)
             return None if owner is None else Lease(run_id, owner, 1)
         row = conn.execute(
             "SELECT owner, epoch, lease_until FROM runs WHERE run_id = ?", (run_id,)
@@ -229,7 +237,8 @@ def _append_sql(has_records: bool, progress: bool, final: bool, fenced: bool) ->
 class AppendRows:
     """One append, encoded: ``records`` are ``(run_id, seq, json)`` rows in batch order,
     ``patch`` a state-patch row, ``stream`` ``(run_id, seq, json)`` rows, ``snapshot``
-    a compacting snapshot ``(seq, json)`` written last; made at ``now`` for the file at
+    a compacting snapshot ``(seq, json)`` written last (``patches=False``: the run is
+    known to have no state patches for it to drop); made at ``now`` for the file at
     ``path``.
 
     Calling it with a connection writes it (``append``): it is the call queue's body
@@ -244,6 +253,7 @@ class AppendRows:
         "now",
         "outcome",
         "patch",
+        "patches",
         "path",
         "progress",
         "records",
@@ -266,6 +276,7 @@ class AppendRows:
         snapshot: tuple[int, str] | None,
         path: str,
         now: float,
+        patches: bool = True,
     ) -> None:
         self.run_id = run_id
         self.records = records
@@ -279,6 +290,7 @@ class AppendRows:
         self.snapshot = snapshot
         self.path = path
         self.now = now
+        self.patches = patches
 
     def __call__(self, conn: sqlite3.Connection) -> None:
         append(conn, self.path, self, self.now)
@@ -335,7 +347,7 @@ def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) ->
     if rows.stream:
         conn.executemany("INSERT OR REPLACE INTO stream VALUES (?, ?, ?)", rows.stream)
     if snapshot is not None:
-        replace_snapshot(conn, run_id, *snapshot)
+        replace_snapshot(conn, run_id, *snapshot, rows.patches)
 
 
 def write_snapshot(
