@@ -64,3 +64,28 @@ async def test_an_unfenced_final_append_still_refuses_a_duplicate(store: SqliteJ
         await store.append("r", [rec(0)], None, "completed", snapshot=(1, snap(1)))
     assert await seqs(store, "r") == [0]
     assert await store.read_snapshot("r") == (0, snap())
+
+
+async def test_a_final_append_without_a_patch_drops_the_patches_written_before(
+    store: SqliteJournal, tmp_path: Path
+) -> None:
+    lease = store.register_run("r", "wf", snap(), start_event={}, owner="w1")
+    await store.append("r", [rec(0), rec(1)], StatePatch(1, [{"op": "add"}]), lease=lease)
+    await store.append("r", [rec(2)], None, "completed", lease=lease, snapshot=(3, snap(3)))
+    store.close()
+    assert _rows(tmp_path / "runs.db", "state_patches") == []
+
+
+async def test_a_new_session_drops_the_patches_of_the_one_before(
+    store: SqliteJournal, tmp_path: Path
+) -> None:
+    first = store.register_run("r", "wf", snap(), start_event={}, owner="w1")
+    await store.append("r", [rec(0), rec(1)], StatePatch(1, [{"op": "add"}]), lease=first)
+    # A new session of the run, resumed from its snapshot at seq 1 (the patch after it
+    # stays), that writes no patch of its own.
+    second = store.register_run("r", "wf", snap(1), owner="w1")
+    assert second is not None and second.epoch == first.epoch + 1
+    assert [p.after_seq for p in await store.read_state_patches("r")] == [1]
+    await store.append("r", [rec(2)], None, "completed", lease=second, snapshot=(3, snap(3)))
+    store.close()
+    assert _rows(tmp_path / "runs.db", "state_patches") == []

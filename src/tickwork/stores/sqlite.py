@@ -133,6 +133,15 @@ class SqliteJournal:
         self._changed: dict[str | None, list[anyio.Event]] = {}
         self._sent: dict[str | None, list[anyio.Event]] = {}
         self._queue = GroupCommit(self._run_batch)
+        # The runs that have no state patches in the file: registered here as new runs
+        # with a lease, none written since.  Only the lease's holder writes a run's
+        # patches (through ``append``, which drops the run from here when it writes
+        # one), and a new session of the run bumps its epoch (its earlier lease is
+        # refused from then on) and is registered again (which drops it too): so the
+        # final snapshot of such a run, fenced, needs not delete any.  A run leaves it
+        # with that snapshot, its outcome or its release (a session that just stops
+        # leaves its id behind, which a new registration drops).
+        self._unpatched: set[str] = set()
 
     def __repr__(self) -> str:
         return f"SqliteJournal({self.path!r})"
@@ -268,6 +277,8 @@ class SqliteJournal:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         lease: Lease | None = None,
     ) -> Lease | None:
+        self._unpatched.discard(run_id)
+        fresh: list[str] = []
         write = functools.partial(
             writes.register,
             path=self.path,
@@ -281,8 +292,12 @@ class SqliteJournal:
             lease_seconds=lease_seconds,
             lease=lease,
             now=time.time(),
+            fresh=fresh,
         )
-        return self._call_blocking(write, run_id=run_id, action="registering the run")
+        granted = self._call_blocking(write, run_id=run_id, action="registering the run")
+        if fresh and granted is not None:
+            self._unpatched.add(run_id)
+        return granted
 
     async def submit_run(
         self,
@@ -331,6 +346,14 @@ class SqliteJournal:
         it): nothing the caller passed (records, events and snapshot as dictionaries)
         stays referenced while the write waits for its batch, as a thousand durable runs
         waiting for one commit would keep them all for the garbage collector to walk."""
+        unpatched = self._unpatched
+        if state_patch is not None or snapshot is not None:
+            # Known without state patches: the final snapshot deletes none (a fenced
+            # one only: the fence proves that no other session wrote since).
+            patches = run_id not in unpatched or lease is None or state_patch is not None
+            unpatched.discard(run_id)
+        else:
+            patches = True
         rows = writes.AppendRows(
             run_id,
             [(run_id, r.seq, record_text(r)) for r in records],
@@ -355,6 +378,7 @@ class SqliteJournal:
             None if snapshot is None else (snapshot[0], snapshot_text(snapshot[1])),
             self.path,
             time.time(),
+            patches,
         )
         write = self._write(rows, run_id=run_id, action="appending records")
         if final_status is not None or stream:
@@ -408,6 +432,7 @@ class SqliteJournal:
             sets += ", outcome_result = ?, outcome_error = ?"
             args += outcome_columns(outcome)
         statement = f"UPDATE runs SET {sets} WHERE run_id = ?"
+        self._unpatched.discard(run_id)
         await self._fenced_update(run_id, statement, args, lease, "recording the run's outcome")
         self._notify(run_id)
 
@@ -604,6 +629,7 @@ class SqliteJournal:
         status: Literal["queued", "parked"] = "queued",
         wake_at: float | None = None,
     ) -> None:
+        self._unpatched.discard(lease.run_id)
         release = functools.partial(
             fleet.release,
             path=self.path,

@@ -46,11 +46,20 @@ __all__ = [
 ]
 
 
-def replace_snapshot(conn: sqlite3.Connection, run_id: str, seq: int, text: str) -> None:
-    """Store the compacting snapshot taken before record ``seq``; drop older history."""
-    conn.execute("INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)", (run_id, seq, text))
+def replace_snapshot(
+    conn: sqlite3.Connection, run_id: str, seq: int, text: str, patches: bool = True
+) -> None:
+    """Store the compacting snapshot taken before record ``seq``; drop older history
+    (``patches=False``: the run is known to have no state patches to drop)."""
+    # The run has its snapshot row (registration wrote it): rewriting it in place costs
+    # less than ``INSERT OR REPLACE`` (which deletes it, then inserts it again).
+    if not conn.execute(
+        "UPDATE snapshots SET seq = ?, data = ? WHERE run_id = ?", (seq, text, run_id)
+    ).rowcount:
+        conn.execute("INSERT INTO snapshots VALUES (?, ?, ?)", (run_id, seq, text))
     conn.execute("DELETE FROM records WHERE run_id = ? AND seq < ?", (run_id, seq))
-    conn.execute("DELETE FROM state_patches WHERE run_id = ? AND after_seq < ?", (run_id, seq))
+    if patches:
+        conn.execute("DELETE FROM state_patches WHERE run_id = ? AND after_seq < ?", (run_id, seq))
 
 
 def register(
@@ -66,12 +75,29 @@ def register(
     lease_seconds: float,
     lease: Lease | None,
     now: float,
+    fresh: list[str] | None = None,
 ) -> Lease | None:
     """``register_run`` (store.py): the run, or its new session, is ``running`` from the
     snapshot at ``seq``; fenced by ``lease``, or taken over by ``owner`` unless another
-    worker holds a live lease.  A new run's journal starts right before ``seq``."""
+    worker holds a live lease.  A new run's journal starts right before ``seq``; its id
+    is appended to ``fresh`` (once committed, the run is known to have no history)."""
     label = journal_label(path, run_id)
     with immediate(conn):
+        if lease is None and _insert_new(
+            conn,
+            run_id,
+            workflow_name,
+            seq,
+            snapshot_text,
+            event_text,
+            options_text,
+            owner,
+            lease_seconds,
+            now,
+        ):
+            if fresh is not None:
+                fresh.append(run_id)
+            return None if owner is None else Lease(run_id, owner, 1)
         row = conn.execute(
             "SELECT owner, epoch, lease_until FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
@@ -124,6 +150,35 @@ def register(
         else:
             replace_snapshot(conn, run_id, seq, snapshot_text)
     return granted
+
+
+def _insert_new(
+    conn: sqlite3.Connection,
+    run_id: str,
+    workflow_name: str,
+    seq: int,
+    snapshot_text: str,
+    event_text: str | None,
+    options_text: str | None,
+    owner: str | None,
+    lease_seconds: float,
+    now: float,
+) -> bool:
+    """``register`` of a run not in the file, without a lease: insert it, owned by
+    ``owner`` (if any) at epoch 1, and its snapshot; ``False`` (nothing written) when
+    the run is in the file already.  One statement fewer than looking first: nearly
+    every registration is of a new run."""
+    held_by, epoch, until = (None, 0, None) if owner is None else (owner, 1, now + lease_seconds)
+    if not conn.execute(
+        "INSERT OR IGNORE INTO runs (run_id, workflow_name, status, last_seq, created_at, "
+        "updated_at, start_event, options, owner, epoch, lease_until) "
+        "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
+        (run_id, workflow_name, seq - 1, now, now, event_text, options_text, held_by, epoch, until),
+    ).rowcount:
+        return False
+    # A new run: there is no history to compact.
+    conn.execute("INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)", (run_id, seq, snapshot_text))
+    return True
 
 
 def submit(
@@ -182,7 +237,8 @@ def _append_sql(has_records: bool, progress: bool, final: bool, fenced: bool) ->
 class AppendRows:
     """One append, encoded: ``records`` are ``(run_id, seq, json)`` rows in batch order,
     ``patch`` a state-patch row, ``stream`` ``(run_id, seq, json)`` rows, ``snapshot``
-    a compacting snapshot ``(seq, json)`` written last; made at ``now`` for the file at
+    a compacting snapshot ``(seq, json)`` written last (``patches=False``: the run is
+    known to have no state patches for it to drop); made at ``now`` for the file at
     ``path``.
 
     Calling it with a connection writes it (``append``): it is the call queue's body
@@ -197,6 +253,7 @@ class AppendRows:
         "now",
         "outcome",
         "patch",
+        "patches",
         "path",
         "progress",
         "records",
@@ -219,6 +276,7 @@ class AppendRows:
         snapshot: tuple[int, str] | None,
         path: str,
         now: float,
+        patches: bool = True,
     ) -> None:
         self.run_id = run_id
         self.records = records
@@ -232,6 +290,7 @@ class AppendRows:
         self.snapshot = snapshot
         self.path = path
         self.now = now
+        self.patches = patches
 
     def __call__(self, conn: sqlite3.Connection) -> None:
         append(conn, self.path, self, self.now)
@@ -288,7 +347,7 @@ def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) ->
     if rows.stream:
         conn.executemany("INSERT OR REPLACE INTO stream VALUES (?, ?, ?)", rows.stream)
     if snapshot is not None:
-        replace_snapshot(conn, run_id, *snapshot)
+        replace_snapshot(conn, run_id, *snapshot, rows.patches)
 
 
 def write_snapshot(
