@@ -7,6 +7,7 @@ runner picks one with ``running_asyncio`` when a run starts.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Awaitable, Coroutine
 from contextvars import Context
@@ -36,7 +37,9 @@ class TaskPool:
     def done(self, key: str) -> None:
         """The worker ``key`` finished (its task may forget it)."""
 
-    def cancel(self, key: str) -> None:
+    def cancel(self, key: str) -> bool:
+        """Cancel the worker ``key``; return whether it will never begin (a worker that
+        begins, even cancelled, first takes itself off the loop's unstarted count)."""
         raise NotImplementedError
 
     def cancel_all(self) -> None:
@@ -93,10 +96,14 @@ class AsyncioPool(TaskPool, dict[str, Any]):
     def done(self, key: str) -> None:
         self.pop(key, None)
 
-    def cancel(self, key: str) -> None:
+    def cancel(self, key: str) -> bool:
         task = self.pop(key, None)
-        if task is not None:
-            task.cancel()
+        if task is None:
+            return False  # it reported (or was cancelled) already: it began
+        # A task cancelled before its first step never runs its coroutine's body.
+        never = _not_begun(task.get_coro())
+        task.cancel()
+        return never
 
     def cancel_all(self) -> None:
         for task in list(self.values()):
@@ -174,17 +181,20 @@ class TrioPool(TaskPool):
             if not self._live and self._wake_when_idle:
                 self.wake()
 
-    def cancel(self, key: str) -> None:
+    def cancel(self, key: str) -> bool:
         scope = self._scopes.pop(key, None)
         if scope is not None:
             scope.cancel()
-            return
+            return False  # its scope exists once the worker has begun
         for index, (deferred_key, worker, _) in enumerate(self._deferred):
             if deferred_key == key:
                 del self._deferred[index]
                 worker.close()
                 self._live -= 1
-                return
+                return True
+        # Ended already, or started in the nursery and not begun: such a worker still
+        # begins (and takes itself off the count) before its first checkpoint.
+        return False
 
     def cancel_all(self) -> None:
         for scope in list(self._scopes.values()):
@@ -228,6 +238,14 @@ class TrioPool(TaskPool):
         wake."""
         self._sleeper = None
         return self._trio.lowlevel.Abort.SUCCEEDED
+
+
+def _not_begun(coro: Any) -> bool:
+    """Whether ``coro`` (a task's coroutine) has not begun to run."""
+    return (
+        getattr(coro, "cr_frame", None) is not None
+        and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
+    )
 
 
 def running_asyncio() -> bool:

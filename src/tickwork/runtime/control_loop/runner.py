@@ -88,11 +88,12 @@ class WorkerLane(Protocol):
     """How a worker reaches the loop that dispatched it (the loop itself: one object
     that every worker of the run shares, rather than bound methods the run would hold)."""
 
+    unstarted: int
+    """How many dispatched workers have not begun: a worker takes itself off first
+    thing, before its step body (``lane.unstarted -= 1``: a write, not a call, per step)."""
+
     def post(self, tick: Tick) -> None:
         """Feed a tick into the run (a step's send, a stream write handed over)."""
-
-    def started(self, invocation_id: str) -> None:
-        """The worker of ``invocation_id`` has begun (before its step body runs)."""
 
     def report(self, invocation: Invocation, outcome: StepOutcome) -> None:
         """The invocation's outcome (a cancelled worker reports none)."""
@@ -156,8 +157,8 @@ class LoopAdapter(Protocol):
         ending with ``lane.report(invocation, outcome)``.
 
         A plain function of the adapter (read from it once per run), not a method: the loop
-        calls it per invocation without a bound method's frame.  It calls
-        ``lane.started(invocation.invocation_id)`` first thing, before the step body.  Only
+        calls it per invocation without a bound method's frame.  It takes one off
+        ``lane.unstarted`` first thing, before the step body.  Only
         cancellation may raise: a failing step, or a failure of the adapter itself, is
         reported as a ``Failed`` outcome.  A cancelled invocation reports nothing.
         """
@@ -284,9 +285,6 @@ class _NoPending(deque[Tick]):
 # a tick comes (``_pending``) and lets it go once drained.  A live run spends most of
 # its life waiting with nothing to reduce, and a queue is one more object to scan.
 _NO_PENDING: deque[Tick] = _NoPending()
-# ``_Loop.unstarted`` while every dispatched worker has begun (most of a run's life): a
-# loop makes a set when it dispatches one and drops it once they have all begun.
-_ALL_STARTED: frozenset[str] = frozenset()
 
 
 class _Loop:
@@ -315,10 +313,13 @@ class _Loop:
         # Whether a tick posted while the loop waits is reduced by the posting task: not
         # in a durable run (it must commit first), nor after a crash.
         self.drains_inline = not adapter.durable
-        # Invocations whose worker task has not begun yet.  While any has not, posted
-        # ticks wait for the loop task: every worker dispatched before a result is
-        # processed gets to start first (see ``post``).
-        self.unstarted: set[str] | frozenset[str] = _ALL_STARTED
+        # How many dispatched workers have not begun yet (each takes itself off as it
+        # begins; ``_cancel_worker`` takes off one cancelled before it began).  While
+        # any has not, posted ticks wait for the loop task: every worker dispatched
+        # before a result is processed gets to start first (see ``post``).  A count,
+        # not a set of invocations: only whether it is zero is ever read, and a set
+        # would be one more object per busy run for the collector, and a call per step.
+        self.unstarted = 0
         # Stream writes published but not yet accounted in ``state``: how many, and
         # the alive time and last stamp they accrued (see ``write``).
         self.batches_writes = not adapter.durable and not adapter.observes_ticks
@@ -426,7 +427,7 @@ class _Loop:
         """The run's loop ends (or parks): cancel the workers, let go of what refers back
         to it."""
         self.pool.cancel_all()
-        self.unstarted = _ALL_STARTED
+        self.unstarted = 0
         self.settle_writes()
         self.adapter.stream_lane = None
 
@@ -621,24 +622,9 @@ class _Loop:
         publish = self.publish  # through a local: see ``write``
         publish(command)  # stands for the invocation's RUNNING state
         invocation = command.invocation
-        key = invocation.invocation_id
-        unstarted = self.unstarted
-        if type(unstarted) is set:
-            unstarted.add(key)
-        else:
-            self.unstarted = {key}
+        self.unstarted += 1  # until the worker begins (see ``WorkerLane.unstarted``)
         worker = self.run_step(self.adapter, invocation, self)
-        self.pool.spawn(key, worker, self.spawn_context)
-
-    def started(self, invocation_id: str) -> None:
-        """The worker of ``invocation_id`` has begun (or was cancelled before it did)."""
-        unstarted = self.unstarted
-        if invocation_id in unstarted:
-            if len(unstarted) == 1:
-                self.unstarted = _ALL_STARTED
-            else:
-                assert type(unstarted) is set
-                unstarted.discard(invocation_id)
+        self.pool.spawn(invocation.invocation_id, worker, self.spawn_context)
 
     def report(self, invocation: Invocation, outcome: StepOutcome) -> None:
         """A worker's outcome (a cancelled worker reports none): post it as a tick."""
@@ -767,8 +753,8 @@ class _Loop:
             self.pool.wake()
 
     def _cancel_worker(self, command: CancelWorker) -> None:
-        self.started(command.invocation_id)
-        self.pool.cancel(command.invocation_id)
+        if self.pool.cancel(command.invocation_id):
+            self.unstarted -= 1  # a worker that will never begin (nor take itself off)
 
     def _publish(self, command: PublishEvent) -> None:
         self.adapter.publish(command.event)
