@@ -71,6 +71,7 @@ __all__ = [
     "LoopAdapter",
     "ResumedLoop",
     "RunExit",
+    "TickFeed",
     "TimerHeap",
     "WorkerLane",
     "control_loop",
@@ -81,7 +82,12 @@ __all__ = [
 
 _log = logging.getLogger("tickwork.runtime")
 
-PostTick = Callable[[Tick], None]
+
+class TickFeed(Protocol):
+    """Where a run's external ticks go (the loop itself, while it runs)."""
+
+    def post(self, tick: Tick) -> None:
+        """Feed ``tick`` into the run (the caller's sends, cancel requests)."""
 
 
 class WorkerLane(Protocol):
@@ -148,8 +154,9 @@ class LoopAdapter(Protocol):
 
     spawn_context: contextvars.Context
 
-    def bind(self, post: PostTick) -> None:
-        """Receive the function that feeds external ticks (sends, cancel) into the run."""
+    def bind(self, feed: TickFeed) -> None:
+        """Receive the loop, whose ``post`` feeds external ticks (sends, cancel) into the
+        run: the loop itself rather than its bound ``post``, one object less per run."""
 
     @property
     def run_step(self) -> RunStep:
@@ -377,7 +384,8 @@ class _Loop:
         Not a coroutine itself: it returns ``_host``'s, so that a waiting run holds one
         coroutine frame less (every live run holds its chain of them).
         """
-        self.adapter.bind(self._attach())
+        self._attach()
+        self.adapter.bind(self)
         now = time.time()
         pending = self._pending()
         pending.append(SessionStart(now, self.run_id))
@@ -391,11 +399,9 @@ class _Loop:
         self.waiting = False
         return self._host(resumed=True)
 
-    def _attach(self) -> PostTick:
-        """Hand the workers and the stream their ways into this loop (``_stop`` takes
-        them back) and return the loop's tick feed."""
+    def _attach(self) -> None:
+        """Hand the stream its way into this loop (``_stop`` takes it back)."""
         self.adapter.stream_lane = self
-        return self.post
 
     def _host(self, resumed: bool) -> Coroutine[Any, Any, RunExit]:
         """The coroutine the run's task awaits: ``_drive`` itself under asyncio (every
