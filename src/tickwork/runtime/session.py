@@ -17,7 +17,6 @@ task; a hard abort or a stop ends a parked run right away.
 from __future__ import annotations
 
 import contextvars
-import functools
 import logging
 import sys
 import threading
@@ -42,6 +41,7 @@ from tickwork.runtime.control_loop._parking import (
 )
 from tickwork.runtime.control_loop.runner import (
     PARKED,
+    EventSink,
     ResumedLoop,
     RunExit,
     StreamLane,
@@ -179,18 +179,35 @@ class DoneFlag:
         return future
 
 
-def _publish_and_print(stream: EventStream, printer: Any, item: Any) -> None:
-    """``publish`` of a verbose run."""
-    stream.push(item)
-    printer.published(item)
+class _PrintingSink:
+    """The sink of a verbose run: its stream, and the printer."""
+
+    __slots__ = ("_printer", "_stream")
+
+    def __init__(self, stream: EventStream, printer: Any) -> None:
+        self._stream = stream
+        self._printer = printer
+
+    def push(self, item: Any) -> None:
+        """Append ``item`` to the stream and print it."""
+        self._stream.push(item)
+        self._printer.published(item)
 
 
 async def _nothing() -> None:
     """What the task of a run stopped before it began awaits."""
 
 
-def _discard(item: Any) -> None:
-    """The stream of a session nobody in this process reads."""
+class _Discard:
+    """The sink of a session nobody in this process reads."""
+
+    __slots__ = ()
+
+    def push(self, item: Any) -> None:
+        """Drop ``item``."""
+
+
+_DISCARD = _Discard()
 
 
 class _Ended:
@@ -264,10 +281,10 @@ class RunSession:
         "make_step_context",
         "observes_ticks",
         "ownership",
-        "publish",
         "run_id",
         "run_span",
         "serializer",
+        "sink",
         "spawn_context",
         "start_event",
         "state",
@@ -351,14 +368,14 @@ class RunSession:
         self._verbose = (
             workflow._verbose_printer() if getattr(workflow, "_verbose", False) else None
         )
-        # Bound once, and to the stream rather than to the session: no Python frame of
-        # ours per published item, and no reference cycle through the session.
-        self.publish: Callable[[Any], None] = (
-            self.stream.push
-            if self._verbose is None
-            else functools.partial(_publish_and_print, self.stream, self._verbose)
+        # The stream itself rather than its bound ``push`` (one object less per live
+        # run), and not the session: no Python frame of ours per published item, and no
+        # reference cycle through the session.
+        self.sink: EventSink = (
+            self.stream if self._verbose is None else _PrintingSink(self.stream, self._verbose)
         )
-        """Append to the run's stream (and print it when verbose)."""
+        """Where the run's items are published (``push``): its stream, printed when
+        verbose."""
         self.observes_ticks = (
             self.journal is not None or self.writer is not None or self._verbose is not None
         )
@@ -525,7 +542,7 @@ class RunSession:
             _log.error("run %s crashed", self.run_id, exc_info=error)
             # Still exactly one terminal event: the stream must end with one.
             failure = error if isinstance(error, Exception) else RuntimeError(str(error))
-            self.publish(WorkflowFailedEvent(step_name="<runtime>", exception=failure))
+            self.sink.push(WorkflowFailedEvent(step_name="<runtime>", exception=failure))
             self.finish(RunExit("fail", exception=error, step_name="<runtime>"))
 
     async def _drive_in_slot(self, slots: RunSlots) -> RunExit | None:
@@ -607,7 +624,7 @@ class RunSession:
     def discard_stream(self) -> None:
         """Publish nowhere: nobody in this process reads the run's events (a fleet worker;
         they are in the journal store's stream)."""
-        self.publish = _discard
+        self.sink = _DISCARD
 
     def lose_lease(self, error: LeaseLost) -> None:
         """Another worker owns the run now: stop at once, start and publish nothing.

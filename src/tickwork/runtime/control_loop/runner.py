@@ -69,6 +69,7 @@ from tickwork.runtime.types.ticks import PublishEvent as PublishTick
 __all__ = [
     "PARKED",
     "LoopAdapter",
+    "EventSink",
     "ResumedLoop",
     "RunExit",
     "TickFeed",
@@ -81,6 +82,13 @@ __all__ = [
 ]
 
 _log = logging.getLogger("tickwork.runtime")
+
+
+class EventSink(Protocol):
+    """Where a run's published items go (its event stream)."""
+
+    def push(self, item: Any) -> None:
+        """Append an event (or a step-state command) to the run's stream."""
 
 
 class TickFeed(Protocol):
@@ -171,8 +179,9 @@ class LoopAdapter(Protocol):
         """
         ...
 
-    publish: Callable[[Any], None]
-    """Append an event (or a step-state command) to the run's stream."""
+    sink: EventSink
+    """The run's stream (its ``push`` appends an event or a step-state command): an
+    object with a method rather than a bound method, one object less per live run."""
 
     def processed(self, tick: Tick, state: RunState, commands: list[Command]) -> None:
         """Called after each reduced tick with the new state and the commands it
@@ -336,7 +345,7 @@ class _Loop:
         self.pool: TaskPool = (
             AsyncioPool() if running_asyncio() else TrioPool(wake_when_idle=self.drains_inline)
         )
-        self.publish = adapter.publish
+        self.sink = adapter.sink
         self.run_step = adapter.run_step
         # The asyncio pool's task map, which a reporting worker leaves (``pool.done``
         # inlined: a call per step); ``None`` under trio, whose workers leave on exit.
@@ -510,8 +519,7 @@ class _Loop:
         for command in commands:
             if type(command) is PublishStepState:
                 # ``_publish_step_state`` without its frame: every step publishes one.
-                publish = self.publish
-                publish(command)
+                self.sink.push(command)
             else:
                 handlers[type(command)](self, command)
 
@@ -625,8 +633,7 @@ class _Loop:
     # -- commands ------------------------------------------------------------------
 
     def _run_worker(self, command: RunWorker) -> None:
-        publish = self.publish  # through a local: see ``write``
-        publish(command)  # stands for the invocation's RUNNING state
+        self.sink.push(command)  # stands for the invocation's RUNNING state
         invocation = command.invocation
         self.unstarted += 1  # until the worker begins (see ``WorkerLane.unstarted``)
         worker = self.run_step(self.adapter, invocation, self)
@@ -667,10 +674,7 @@ class _Loop:
                     self.write_elapsed += now - self.write_stamp
                     self.write_stamp = now
                 self.unaccounted += 1
-                # Through a local: ``self.publish(...)`` is a method-call lookup that
-                # cannot be specialized for an attribute holding a bound method.
-                publish = self.publish
-                publish(event)
+                self.sink.push(event)
                 return
         elif self._opens_batch():
             state = self.state
@@ -683,7 +687,7 @@ class _Loop:
             self.write_elapsed = elapsed
             self.write_stamp = last
             self.unaccounted = 1
-            self.publish(event)
+            self.sink.push(event)
             return
         self.post(PublishTick(now, event, invocation_id))
 
@@ -763,21 +767,21 @@ class _Loop:
             self.unstarted -= 1  # a worker that will never begin (nor take itself off)
 
     def _publish(self, command: PublishEvent) -> None:
-        self.adapter.publish(command.event)
+        self.sink.push(command.event)
 
     def _publish_step_state(self, command: PublishStepState) -> None:
-        self.publish(command)
+        self.sink.push(command)
 
     def _complete(self, command: CompleteRun) -> None:
-        self.adapter.publish(terminal_event(command))
+        self.sink.push(terminal_event(command))
         self.exit = RunExit("complete", stop_event=command.stop_event)
 
     def _fail(self, command: FailWorkflow) -> None:
-        self.adapter.publish(terminal_event(command))
+        self.sink.push(terminal_event(command))
         self.exit = RunExit("fail", exception=command.exception, step_name=command.step_name)
 
     def _halt(self, command: Halt) -> None:
-        self.adapter.publish(terminal_event(command))
+        self.sink.push(terminal_event(command))
         self.exit = RunExit(command.reason, exception=command.exception)
 
     def _push_timer(self, command: ScheduleCommand) -> None:
