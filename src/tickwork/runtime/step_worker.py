@@ -313,7 +313,7 @@ async def execute_invocation(session: WorkerHost, invocation: Invocation, lane: 
     outcome: StepOutcome
     lane.unstarted -= 1
     try:
-        scope = StepScope(session, invocation, lane.post, session.loop_thread)
+        scope = StepScope(session, invocation, lane, session.loop_thread)
         invoker = session.invokers[invocation.step]
         span = session.step_span(invocation) if session.run_span is not None else None
         try:
