@@ -19,9 +19,10 @@ import contextvars
 import heapq
 import logging
 import time
+import types
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
 from typing import Any, Protocol
 
 import anyio
@@ -450,42 +451,51 @@ class _Loop:
         """Cancel every step body now (see ``StreamLane.cancel_steps``)."""
         self.pool.cancel_all()
 
-    async def _drive(self, resumed: bool) -> RunExit:
+    @types.coroutine
+    def _drive(self, resumed: bool) -> Generator[Any, Any, RunExit]:
         """Drive the run until it ends or parks (its exit); the loop stops (``_stop``)
         whatever happens.
 
         Between drains it waits for the first of: a posted tick, the next due timer, an
         idle check.  The wait is written out here, not in a coroutine of its own: every
         coroutine between the run's task and the loop's wait is an object that each live
-        run holds.
+        run holds.  For the same reason this is a generator-based coroutine: under
+        asyncio it hands the wait's future to the run's task itself, as the future's own
+        iterator would (``yield from`` the rest, as ``await`` does).
         """
         adapter = self.adapter
         try:
             if resumed:  # a tick reduced before this task began may have dispatched workers
                 while self.unstarted and self.exit is None:
-                    await anyio.lowlevel.checkpoint()
+                    yield from anyio.lowlevel.checkpoint()
             while True:
                 if adapter.durable:
-                    await self._drain_durably()
+                    yield from self._drain_durably()
                 else:
                     self._drain()
                 if self.exit is not None:
                     adapter.finish(self.exit)
                     return self.exit
                 if self.idle_requested:
-                    await anyio.lowlevel.checkpoint()
+                    yield from anyio.lowlevel.checkpoint()
                     self._take_idle_check()
                 elif not self._input_ready():
                     self.waiting = True
                     try:
-                        await self.pool.wait(self._wait_limit())
+                        wait: Any = self.pool.wait(self._wait_limit())
+                        if getattr(wait, "_asyncio_future_blocking", None) is None:
+                            yield from wait  # a coroutine (trio, or a wait with a limit)
+                        elif not wait.done():
+                            wait._asyncio_future_blocking = True  # the task waits for it
+                            yield wait
+                        del wait
                         self._take_due_timers()
                     finally:
                         self.waiting = False
                     while self.unstarted and self.exit is None:
-                        await anyio.lowlevel.checkpoint()  # let dispatched workers begin first
+                        yield from anyio.lowlevel.checkpoint()  # let dispatched workers begin
                     if not self._take_available() and self._heartbeat_due():
-                        await adapter.heartbeat()
+                        yield from adapter.heartbeat()
                         self.last_commit = time.time()
                 elif self.exit is PARKED:
                     return PARKED
