@@ -154,18 +154,22 @@ class TrioPool(TaskPool):
         self._scopes: dict[str, Any] = {}
         self._sleeper: Any = None  # the loop's task while it waits (see ``wait``)
         self._live = 0  # children not exited yet (cancelled ones included)
-        self._deferred: list[tuple[str, Coroutine[Any, Any, None], Context]] = []
+        # Workers spawned before ``attach`` (made when one is: most pools never have any,
+        # and each list a live run holds is one more object for the collector to scan).
+        self._deferred: list[tuple[str, Coroutine[Any, Any, None], Context]] | None = None
 
     def attach(self, nursery: Any) -> None:
         """Spawn into ``nursery`` from now on (and the workers spawned before)."""
         self._nursery = nursery
-        deferred, self._deferred = self._deferred, []
-        for key, worker, context in deferred:
+        deferred, self._deferred = self._deferred, None
+        for key, worker, context in deferred or ():
             context.run(nursery.start_soon, self._run, key, worker)
 
     def spawn(self, key: str, worker: Coroutine[Any, Any, None], context: Context) -> None:
         self._live += 1
         if self._nursery is None:
+            if self._deferred is None:
+                self._deferred = []
             self._deferred.append((key, worker, context))
             return
         context.run(self._nursery.start_soon, self._run, key, worker)
@@ -186,9 +190,10 @@ class TrioPool(TaskPool):
         if scope is not None:
             scope.cancel()
             return False  # its scope exists once the worker has begun
-        for index, (deferred_key, worker, _) in enumerate(self._deferred):
+        deferred = self._deferred or []
+        for index, (deferred_key, worker, _) in enumerate(deferred):
             if deferred_key == key:
-                del self._deferred[index]
+                del deferred[index]
                 worker.close()
                 self._live -= 1
                 return True
@@ -200,10 +205,10 @@ class TrioPool(TaskPool):
         for scope in list(self._scopes.values()):
             scope.cancel()
         self._scopes.clear()
-        for _, worker, _ in self._deferred:
+        deferred, self._deferred = self._deferred, None
+        for _, worker, _ in deferred or ():
             worker.close()
             self._live -= 1
-        self._deferred.clear()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
