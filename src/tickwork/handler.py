@@ -80,20 +80,28 @@ class WorkflowHandler:
         assert session.exit.exception is not None
         raise session.exit.exception
 
-    async def _result(self) -> Any:
-        # ``_outcome``'s wait, inlined: every awaited live run holds this coroutine.
+    def __await__(self) -> Generator[Any, None, Any]:
+        # A generator, not a coroutine's ``__await__``: every awaited live run holds it,
+        # one object where a coroutine and its wrapper were two.  Under asyncio it hands
+        # the run's future to the awaiting task itself, as the future's own iterator
+        # would, which is one object less again (``_outcome``'s wait otherwise).
         session = self._session
-        if not session.done.is_set():
+        done = session.done
+        if not done.is_set():
+            waiting: Any = done.wait()
             try:
-                await session.done.wait()
+                if getattr(waiting, "_asyncio_future_blocking", None) is not None:
+                    if not waiting.done():
+                        waiting._asyncio_future_blocking = True  # the task waits for it
+                        yield waiting
+                    waiting.result()  # raises the cancellation of a cancelled wait
+                else:
+                    yield from waiting.__await__()
             except anyio.get_cancelled_exc_class():
                 session.abort()
                 raise
         stop = self._ended()
         return stop.result if type(stop) is StopEvent else stop
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        return self._result().__await__()
 
     async def stop_event_result(self) -> StopEvent:
         """Wait for the end of the run and return its terminal ``StopEvent``."""

@@ -17,7 +17,6 @@ task; a hard abort or a stop ends a parked run right away.
 from __future__ import annotations
 
 import contextvars
-import functools
 import logging
 import sys
 import threading
@@ -42,9 +41,11 @@ from tickwork.runtime.control_loop._parking import (
 )
 from tickwork.runtime.control_loop.runner import (
     PARKED,
+    EventSink,
     ResumedLoop,
     RunExit,
     StreamLane,
+    TickFeed,
     TimerHeap,
     resume_loop,
     run_loop,
@@ -114,14 +115,17 @@ class DoneFlag:
     for a human usually has no awaiter); an eager ``anyio.Event`` per run costs about a
     kilobyte that such runs never use.  Under asyncio each waiter awaits a future of its
     own (what ``asyncio.Event`` does, without its two coroutine layers and anyio's
-    wrapper: every live run that someone awaits holds these); under trio, an
-    ``anyio.Event``.
+    wrapper: every live run that someone awaits holds these), the first one kept
+    without a list; under trio, an ``anyio.Event``.
     """
 
-    __slots__ = ("_event", "_set")
+    __slots__ = ("_event", "_set", "_waiter")
 
     def __init__(self) -> None:
         self._set = False
+        # Under asyncio: the first waiter's future, and the further ones in a list (most
+        # runs have one waiter at most: no list).  Under trio: an ``anyio.Event``.
+        self._waiter: Any = None
         self._event: anyio.Event | list[Any] | None = None
 
     def is_set(self) -> bool:
@@ -131,6 +135,9 @@ class DoneFlag:
     def set(self) -> None:
         """Set the flag and wake every waiter."""
         self._set = True
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
         waiters, self._event = self._event, None
         if isinstance(waiters, list):
             for future in waiters:
@@ -156,6 +163,11 @@ class DoneFlag:
                 event = self._event = anyio.Event()
             assert not isinstance(event, list)
             return event.wait()
+        future: Awaitable[None] = loop.create_future()
+        first = self._waiter
+        if first is None or first.done():  # no waiter, or a cancelled one
+            self._waiter = future
+            return future
         waiters = self._event
         if waiters is None:
             waiters = self._event = []
@@ -163,32 +175,61 @@ class DoneFlag:
             assert isinstance(waiters, list)
             if waiters:  # drop the futures of cancelled waiters
                 waiters[:] = [waiter for waiter in waiters if not waiter.done()]
-        future: Awaitable[None] = loop.create_future()
         waiters.append(future)
         return future
 
 
-def _publish_and_print(stream: EventStream, printer: Any, item: Any) -> None:
-    """``publish`` of a verbose run."""
-    stream.push(item)
-    printer.published(item)
+class _PrintingSink:
+    """The sink of a verbose run: its stream, and the printer."""
+
+    __slots__ = ("_printer", "_stream")
+
+    def __init__(self, stream: EventStream, printer: Any) -> None:
+        self._stream = stream
+        self._printer = printer
+
+    def push(self, item: Any) -> None:
+        """Append ``item`` to the stream and print it."""
+        self._stream.push(item)
+        self._printer.published(item)
 
 
 async def _nothing() -> None:
     """What the task of a run stopped before it began awaits."""
 
 
-def _drop(tick: Tick) -> None:
-    """The tick feed of a run that has ended."""
+class _Discard:
+    """The sink of a session nobody in this process reads."""
+
+    __slots__ = ()
+
+    def push(self, item: Any) -> None:
+        """Drop ``item``."""
 
 
-def _discard(item: Any) -> None:
-    """The stream of a session nobody in this process reads."""
+_DISCARD = _Discard()
 
 
-def _parked(tick: Tick) -> None:
+class _Ended:
+    """The tick feed of a run that has ended: ticks are dropped."""
+
+    __slots__ = ()
+
+    def post(self, tick: Tick) -> None:
+        """Drop ``tick``."""
+
+
+class _Parked:
     """The tick feed of a parked run: a marker, ``post_external`` resumes the run."""
-    raise AssertionError("a parked run's ticks go through post_external")  # pragma: no cover
+
+    __slots__ = ()
+
+    def post(self, tick: Tick) -> None:
+        raise AssertionError("a parked run's ticks go through post_external")  # pragma: no cover
+
+
+_ENDED = _Ended()
+_PARKED = _Parked()
 
 
 LIVE_RUNS: weakref.WeakValueDictionary[str, RunSession] = weakref.WeakValueDictionary()
@@ -200,7 +241,7 @@ def _abort_parked_runs(lot: ParkingLot) -> None:
     """The event loop of ``lot`` shuts down: abort the runs parked on it, as the
     cancellation of their tasks would have."""
     for session in list(LIVE_RUNS.values()):
-        if session._post is _parked and session._home is lot:
+        if session._feed is _PARKED and session._home is lot:
             session.loop_ended()
 
 
@@ -216,12 +257,12 @@ class RunSession:
         "__weakref__",
         "_cancel_scope",
         "_early_ticks",
+        "_feed",
         "_home",
         "_host_done",
         "_inbox",
         "_journal_waiter",
         "_limiters",
-        "_post",
         "_run_cache",
         "_run_slots",
         "_timer_entry",
@@ -240,10 +281,10 @@ class RunSession:
         "make_step_context",
         "observes_ticks",
         "ownership",
-        "publish",
         "run_id",
         "run_span",
         "serializer",
+        "sink",
         "spawn_context",
         "start_event",
         "state",
@@ -302,7 +343,9 @@ class RunSession:
         )
         self._run_slots: RunSlots | None = run_slots
         self._turn = run_slots.take_ticket() if run_slots is not None else None
-        self._post: Callable[[Tick], None] | None = None
+        # Where the run's ticks go: its loop (its ``post``), ``_PARKED`` or ``_ENDED``;
+        # the loop itself, not its bound ``post``: one object less per live run.
+        self._feed: TickFeed | None = None
         # Made on first use (most runs never need them; a parked run keeps its session).
         self._early_ticks: list[Tick] | None = None
         # An anyio scope, or the run's asyncio task itself (see _host_own_task).
@@ -325,14 +368,14 @@ class RunSession:
         self._verbose = (
             workflow._verbose_printer() if getattr(workflow, "_verbose", False) else None
         )
-        # Bound once, and to the stream rather than to the session: no Python frame of
-        # ours per published item, and no reference cycle through the session.
-        self.publish: Callable[[Any], None] = (
-            self.stream.push
-            if self._verbose is None
-            else functools.partial(_publish_and_print, self.stream, self._verbose)
+        # The stream itself rather than its bound ``push`` (one object less per live
+        # run), and not the session: no Python frame of ours per published item, and no
+        # reference cycle through the session.
+        self.sink: EventSink = (
+            self.stream if self._verbose is None else _PrintingSink(self.stream, self._verbose)
         )
-        """Append to the run's stream (and print it when verbose)."""
+        """Where the run's items are published (``push``): its stream, printed when
+        verbose."""
         self.observes_ticks = (
             self.journal is not None or self.writer is not None or self._verbose is not None
         )
@@ -350,7 +393,7 @@ class RunSession:
         flag = self._host_done
         if flag is None:
             flag = self._host_done = DoneFlag()
-            if self._post is _drop:  # already closed
+            if self._feed is _ENDED:  # already closed
                 flag.set()
         return flag
 
@@ -464,14 +507,14 @@ class RunSession:
                 # recovery can take the run over; renewing it would pin the run (and
                 # this session) here for as long as the process lives.
                 self.ownership.release()
-        if self._post is _parked:
+        if self._feed is _PARKED:
             self._unpark()
         inbox, self._inbox = self._inbox, None
         if inbox is not None:
             inbox.close()
-        # Let go of the loop (its post method): the loop refers to this session,
-        # and an ended run must be freed by reference counting, not by the GC.
-        self._post = _drop
+        # Let go of the loop: it refers to this session, and an ended run must be freed
+        # by reference counting, not by the GC.
+        self._feed = _ENDED
         self._cancel_scope = None
         self.start_event = None  # a run stopped before its loop took it
         self.stream.close()
@@ -499,7 +542,7 @@ class RunSession:
             _log.error("run %s crashed", self.run_id, exc_info=error)
             # Still exactly one terminal event: the stream must end with one.
             failure = error if isinstance(error, Exception) else RuntimeError(str(error))
-            self.publish(WorkflowFailedEvent(step_name="<runtime>", exception=failure))
+            self.sink.push(WorkflowFailedEvent(step_name="<runtime>", exception=failure))
             self.finish(RunExit("fail", exception=error, step_name="<runtime>"))
 
     async def _drive_in_slot(self, slots: RunSlots) -> RunExit | None:
@@ -581,7 +624,7 @@ class RunSession:
     def discard_stream(self) -> None:
         """Publish nowhere: nobody in this process reads the run's events (a fleet worker;
         they are in the journal store's stream)."""
-        self.publish = _discard
+        self.sink = _DISCARD
 
     def lose_lease(self, error: LeaseLost) -> None:
         """Another worker owns the run now: stop at once, start and publish nothing.
@@ -604,7 +647,7 @@ class RunSession:
 
     def _stop_task(self) -> None:
         """Cancel the run's task; a parked run has none and is closed at once."""
-        if self._post is _parked:
+        if self._feed is _PARKED:
             self._close()
         elif self._cancel_scope is not None:
             self._cancel_scope.cancel()
@@ -615,12 +658,12 @@ class RunSession:
 
     # -- LoopAdapter ---------------------------------------------------------------
 
-    def bind(self, post: Callable[[Tick], None]) -> None:
+    def bind(self, feed: TickFeed) -> None:
         """Receive the loop's tick feed; flush ticks sent before the run started."""
-        self._post = post
+        self._feed = feed
         early, self._early_ticks = self._early_ticks, None
         for tick in early or ():
-            post(tick)
+            feed.post(tick)
 
     # The coroutine executing one invocation (see ``tickwork.runtime.step_worker``), as
     # the loop's ``run_step``: a plain function of the session, so that the loop calls
@@ -691,15 +734,15 @@ class RunSession:
     def post_external(self, tick: Tick) -> None:
         """Feed a tick from the caller's side (handler sends, cancel requests), or a
         late one from a finished step; it brings a parked run back."""
-        post = self._post
-        if post is None:
+        feed = self._feed
+        if feed is None:
             if self._early_ticks is None:
                 self._early_ticks = []
             self._early_ticks.append(tick)
-        elif post is _parked:
+        elif feed is _PARKED:
             self._resume(tick)
         else:
-            post(tick)
+            feed.post(tick)
 
     # -- parking ---------------------------------------------------------------------
 
@@ -712,7 +755,7 @@ class RunSession:
         """
         if self.durable or self.hard_aborted or self.exit is not None:
             return False
-        self._post = _parked
+        self._feed = _PARKED
         self._cancel_scope = None
         self.stream.shrink()
         self._timers = timers
@@ -746,7 +789,7 @@ class RunSession:
         timers, self._timers = self._timers, None
         self._unpark()
         loop = resume_loop(self, self.state, self.run_id, timers)
-        self._post = loop.post
+        self._feed = loop
         self._spawn(loop)
         if tick is not None:
             loop.post(tick)
@@ -754,7 +797,7 @@ class RunSession:
     def deadline_due(self) -> None:
         """The parking lot's timer: the run's earliest deadline has come."""
         self._timer_entry = None
-        if self._post is _parked:
+        if self._feed is _PARKED:
             self._resume(None)
 
     def loop_ended(self) -> None:
@@ -764,7 +807,7 @@ class RunSession:
 
     def __del__(self) -> None:
         # A parked run dropped unanswered (nothing refers to it): uncount it.
-        if getattr(self, "_post", None) is _parked and self._home is not None:
+        if getattr(self, "_feed", None) is _PARKED and self._home is not None:
             self._home.forget()
 
     def send_from_handler(self, event: Any, step: str | None) -> None:

@@ -17,7 +17,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -27,6 +27,7 @@ from tickwork._serde_fields import qualified_name
 from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import StopEvent
 from tickwork.retry_policy import RetryInfo
+from tickwork.runtime.control_loop.runner import TickFeed
 from tickwork.runtime.control_loop.streams import EMPTY_BUFFER, decide_collect
 from tickwork.runtime.types.results import CollectOp, Suspend, WaiterRequest
 from tickwork.runtime.types.state import CollectBuffer, Invocation, RunConfig, StepSpec
@@ -151,7 +152,7 @@ class StepScope:
     __slots__ = (
         "__weakref__",
         "_context",
-        "_post",
+        "_lane",
         "_views",
         "collect_ops",
         "deleted_waiters",
@@ -167,12 +168,12 @@ class StepScope:
         self,
         session: ScopeHost,
         invocation: Invocation,
-        post: Callable[[Tick], None],
+        lane: TickFeed,
         loop_thread: int,
     ) -> None:
         self.session = session
         self.invocation = invocation
-        self._post = post
+        self._lane = lane  # the run's loop (its ``post``): no bound method per invocation
         self.loop_thread = loop_thread
         """The event loop's thread: writes from it go straight to the stream lane."""
         self.sends = 0
@@ -203,7 +204,7 @@ class StepScope:
     def _hand_to_loop(self, tick: Tick) -> None:
         thread = threading.get_ident()
         if thread == self.loop_thread:
-            self._post(tick)
+            self._lane.post(tick)
             return
         if thread != self.worker_thread:
             raise RuntimeError(
@@ -212,7 +213,7 @@ class StepScope:
                 "from the step's own worker thread"
             )
         try:
-            anyio.from_thread.run_sync(self._post, tick)
+            anyio.from_thread.run_sync(self._lane.post, tick)
         except RuntimeError as error:
             if self.session.live:
                 raise RuntimeError(

@@ -302,7 +302,7 @@ async def execute_invocation(session: WorkerHost, invocation: Invocation, lane: 
     """Run one invocation and hand its outcome to ``lane.report``.  Only cancellation
     propagates.
 
-    ``lane.started(invocation_id)`` is called first, before anything can suspend: the loop
+    It takes itself off ``lane.unstarted`` first, before anything can suspend: the loop
     waits for every dispatched worker to start before it reduces a result.
 
     The outcome is reported from here rather than returned, so that a worker task is this
@@ -311,9 +311,9 @@ async def execute_invocation(session: WorkerHost, invocation: Invocation, lane: 
     so the run ends instead of waiting for a result that never comes.
     """
     outcome: StepOutcome
-    lane.started(invocation.invocation_id)
+    lane.unstarted -= 1
     try:
-        scope = StepScope(session, invocation, lane.post, session.loop_thread)
+        scope = StepScope(session, invocation, lane, session.loop_thread)
         invoker = session.invokers[invocation.step]
         span = session.step_span(invocation) if session.run_span is not None else None
         try:

@@ -7,6 +7,7 @@ runner picks one with ``running_asyncio`` when a run starts.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Awaitable, Coroutine
 from contextvars import Context
@@ -36,7 +37,9 @@ class TaskPool:
     def done(self, key: str) -> None:
         """The worker ``key`` finished (its task may forget it)."""
 
-    def cancel(self, key: str) -> None:
+    def cancel(self, key: str) -> bool:
+        """Cancel the worker ``key``; return whether it will never begin (a worker that
+        begins, even cancelled, first takes itself off the loop's unstarted count)."""
         raise NotImplementedError
 
     def cancel_all(self) -> None:
@@ -93,10 +96,14 @@ class AsyncioPool(TaskPool, dict[str, Any]):
     def done(self, key: str) -> None:
         self.pop(key, None)
 
-    def cancel(self, key: str) -> None:
+    def cancel(self, key: str) -> bool:
         task = self.pop(key, None)
-        if task is not None:
-            task.cancel()
+        if task is None:
+            return False  # it reported (or was cancelled) already: it began
+        # A task cancelled before its first step never runs its coroutine's body.
+        never = _not_begun(task.get_coro())
+        task.cancel()
+        return never
 
     def cancel_all(self) -> None:
         for task in list(self.values()):
@@ -147,18 +154,22 @@ class TrioPool(TaskPool):
         self._scopes: dict[str, Any] = {}
         self._sleeper: Any = None  # the loop's task while it waits (see ``wait``)
         self._live = 0  # children not exited yet (cancelled ones included)
-        self._deferred: list[tuple[str, Coroutine[Any, Any, None], Context]] = []
+        # Workers spawned before ``attach`` (made when one is: most pools never have any,
+        # and each list a live run holds is one more object for the collector to scan).
+        self._deferred: list[tuple[str, Coroutine[Any, Any, None], Context]] | None = None
 
     def attach(self, nursery: Any) -> None:
         """Spawn into ``nursery`` from now on (and the workers spawned before)."""
         self._nursery = nursery
-        deferred, self._deferred = self._deferred, []
-        for key, worker, context in deferred:
+        deferred, self._deferred = self._deferred, None
+        for key, worker, context in deferred or ():
             context.run(nursery.start_soon, self._run, key, worker)
 
     def spawn(self, key: str, worker: Coroutine[Any, Any, None], context: Context) -> None:
         self._live += 1
         if self._nursery is None:
+            if self._deferred is None:
+                self._deferred = []
             self._deferred.append((key, worker, context))
             return
         context.run(self._nursery.start_soon, self._run, key, worker)
@@ -174,26 +185,30 @@ class TrioPool(TaskPool):
             if not self._live and self._wake_when_idle:
                 self.wake()
 
-    def cancel(self, key: str) -> None:
+    def cancel(self, key: str) -> bool:
         scope = self._scopes.pop(key, None)
         if scope is not None:
             scope.cancel()
-            return
-        for index, (deferred_key, worker, _) in enumerate(self._deferred):
+            return False  # its scope exists once the worker has begun
+        deferred = self._deferred or []
+        for index, (deferred_key, worker, _) in enumerate(deferred):
             if deferred_key == key:
-                del self._deferred[index]
+                del deferred[index]
                 worker.close()
                 self._live -= 1
-                return
+                return True
+        # Ended already, or started in the nursery and not begun: such a worker still
+        # begins (and takes itself off the count) before its first checkpoint.
+        return False
 
     def cancel_all(self) -> None:
         for scope in list(self._scopes.values()):
             scope.cancel()
         self._scopes.clear()
-        for _, worker, _ in self._deferred:
+        deferred, self._deferred = self._deferred, None
+        for _, worker, _ in deferred or ():
             worker.close()
             self._live -= 1
-        self._deferred.clear()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -228,6 +243,14 @@ class TrioPool(TaskPool):
         wake."""
         self._sleeper = None
         return self._trio.lowlevel.Abort.SUCCEEDED
+
+
+def _not_begun(coro: Any) -> bool:
+    """Whether ``coro`` (a task's coroutine) has not begun to run."""
+    return (
+        getattr(coro, "cr_frame", None) is not None
+        and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
+    )
 
 
 def running_asyncio() -> bool:

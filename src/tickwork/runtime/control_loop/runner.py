@@ -19,9 +19,10 @@ import contextvars
 import heapq
 import logging
 import time
+import types
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
 from typing import Any, Protocol
 
 import anyio
@@ -70,8 +71,10 @@ from tickwork.runtime.types.ticks import PublishEvent as PublishTick
 __all__ = [
     "PARKED",
     "LoopAdapter",
+    "EventSink",
     "ResumedLoop",
     "RunExit",
+    "TickFeed",
     "TimerHeap",
     "WorkerLane",
     "control_loop",
@@ -82,18 +85,31 @@ __all__ = [
 
 _log = logging.getLogger("tickwork.runtime")
 
-PostTick = Callable[[Tick], None]
+
+class EventSink(Protocol):
+    """Where a run's published items go (its event stream)."""
+
+    def push(self, item: Any) -> None:
+        """Append an event (or a step-state command) to the run's stream."""
+
+
+class TickFeed(Protocol):
+    """Where a run's external ticks go (the loop itself, while it runs)."""
+
+    def post(self, tick: Tick) -> None:
+        """Feed ``tick`` into the run (the caller's sends, cancel requests)."""
 
 
 class WorkerLane(Protocol):
     """How a worker reaches the loop that dispatched it (the loop itself: one object
     that every worker of the run shares, rather than bound methods the run would hold)."""
 
+    unstarted: int
+    """How many dispatched workers have not begun: a worker takes itself off first
+    thing, before its step body (``lane.unstarted -= 1``: a write, not a call, per step)."""
+
     def post(self, tick: Tick) -> None:
         """Feed a tick into the run (a step's send, a stream write handed over)."""
-
-    def started(self, invocation_id: str) -> None:
-        """The worker of ``invocation_id`` has begun (before its step body runs)."""
 
     def report(self, invocation: Invocation, outcome: StepOutcome) -> None:
         """The invocation's outcome (a cancelled worker reports none)."""
@@ -136,7 +152,7 @@ class StreamLane(Protocol):
 
 
 class _Unbuffered:
-    """The ``stream`` of a loop whose ``publish`` is not a bare ``EventStream.push``
+    """The ``stream`` of a loop whose sink is not a bare ``EventStream``
     (verbose output, a fleet worker's discarded stream): it never takes a write."""
 
     quiet_items = None
@@ -157,8 +173,9 @@ class LoopAdapter(Protocol):
 
     spawn_context: contextvars.Context
 
-    def bind(self, post: PostTick) -> None:
-        """Receive the function that feeds external ticks (sends, cancel) into the run."""
+    def bind(self, feed: TickFeed) -> None:
+        """Receive the loop, whose ``post`` feeds external ticks (sends, cancel) into the
+        run: the loop itself rather than its bound ``post``, one object less per run."""
 
     @property
     def run_step(self) -> RunStep:
@@ -166,15 +183,16 @@ class LoopAdapter(Protocol):
         ending with ``lane.report(invocation, outcome)``.
 
         A plain function of the adapter (read from it once per run), not a method: the loop
-        calls it per invocation without a bound method's frame.  It calls
-        ``lane.started(invocation.invocation_id)`` first thing, before the step body.  Only
+        calls it per invocation without a bound method's frame.  It takes one off
+        ``lane.unstarted`` first thing, before the step body.  Only
         cancellation may raise: a failing step, or a failure of the adapter itself, is
         reported as a ``Failed`` outcome.  A cancelled invocation reports nothing.
         """
         ...
 
-    publish: Callable[[Any], None]
-    """Append an event (or a step-state command) to the run's stream."""
+    sink: EventSink
+    """The run's stream (its ``push`` appends an event or a step-state command): an
+    object with a method rather than a bound method, one object less per live run."""
 
     def processed(self, tick: Tick, state: RunState, commands: list[Command]) -> None:
         """Called after each reduced tick with the new state and the commands it
@@ -294,9 +312,6 @@ class _NoPending(deque[Tick]):
 # a tick comes (``_pending``) and lets it go once drained.  A live run spends most of
 # its life waiting with nothing to reduce, and a queue is one more object to scan.
 _NO_PENDING: deque[Tick] = _NoPending()
-# ``_Loop.unstarted`` while every dispatched worker has begun (most of a run's life): a
-# loop makes a set when it dispatches one and drops it once they have all begun.
-_ALL_STARTED: frozenset[str] = frozenset()
 
 
 class _Loop:
@@ -325,10 +340,13 @@ class _Loop:
         # Whether a tick posted while the loop waits is reduced by the posting task: not
         # in a durable run (it must commit first), nor after a crash.
         self.drains_inline = not adapter.durable
-        # Invocations whose worker task has not begun yet.  While any has not, posted
-        # ticks wait for the loop task: every worker dispatched before a result is
-        # processed gets to start first (see ``post``).
-        self.unstarted: set[str] | frozenset[str] = _ALL_STARTED
+        # How many dispatched workers have not begun yet (each takes itself off as it
+        # begins; ``_cancel_worker`` takes off one cancelled before it began).  While
+        # any has not, posted ticks wait for the loop task: every worker dispatched
+        # before a result is processed gets to start first (see ``post``).  A count,
+        # not a set of invocations: only whether it is zero is ever read, and a set
+        # would be one more object per busy run for the collector, and a call per step.
+        self.unstarted = 0
         # Stream writes published but not yet accounted in ``state``: how many, and
         # the alive time and last stamp they accrued (see ``write``).
         self.batches_writes = not adapter.durable and not adapter.observes_ticks
@@ -338,15 +356,12 @@ class _Loop:
         self.pool: TaskPool = (
             AsyncioPool() if running_asyncio() else TrioPool(wake_when_idle=self.drains_inline)
         )
-        self.publish = adapter.publish
-        # The stream ``publish`` pushes to, when it is a bare ``EventStream.push``: a
-        # batched write appends there directly (``EventStream.quiet_items``).
-        owner = getattr(self.publish, "__self__", None)
+        self.sink = adapter.sink
+        # The stream a batched write appends to directly (``EventStream.quiet_items``)
+        # when the sink is a bare ``EventStream``.
+        sink = self.sink
         self.stream: EventStream | _Unbuffered = (
-            owner
-            if isinstance(owner, EventStream)
-            and getattr(self.publish, "__func__", None) is EventStream.push
-            else _UNBUFFERED
+            sink if type(sink) is EventStream else _UNBUFFERED
         )
         self.run_step = adapter.run_step
         # The asyncio pool's task map, which a reporting worker leaves (``pool.done``
@@ -395,7 +410,8 @@ class _Loop:
         Not a coroutine itself: it returns ``_host``'s, so that a waiting run holds one
         coroutine frame less (every live run holds its chain of them).
         """
-        self.adapter.bind(self._attach())
+        self._attach()
+        self.adapter.bind(self)
         now = time.time()
         pending = self._pending()
         pending.append(SessionStart(now, self.run_id))
@@ -409,11 +425,9 @@ class _Loop:
         self.waiting = False
         return self._host(resumed=True)
 
-    def _attach(self) -> PostTick:
-        """Hand the workers and the stream their ways into this loop (``_stop`` takes
-        them back) and return the loop's tick feed."""
+    def _attach(self) -> None:
+        """Hand the stream its way into this loop (``_stop`` takes it back)."""
         self.adapter.stream_lane = self
-        return self.post
 
     def _host(self, resumed: bool) -> Coroutine[Any, Any, RunExit]:
         """The coroutine the run's task awaits: ``_drive`` itself under asyncio (every
@@ -445,7 +459,7 @@ class _Loop:
         """The run's loop ends (or parks): cancel the workers, let go of what refers back
         to it."""
         self.pool.cancel_all()
-        self.unstarted = _ALL_STARTED
+        self.unstarted = 0
         self.settle_writes()
         self.adapter.stream_lane = None
 
@@ -453,42 +467,51 @@ class _Loop:
         """Cancel every step body now (see ``StreamLane.cancel_steps``)."""
         self.pool.cancel_all()
 
-    async def _drive(self, resumed: bool) -> RunExit:
+    @types.coroutine
+    def _drive(self, resumed: bool) -> Generator[Any, Any, RunExit]:
         """Drive the run until it ends or parks (its exit); the loop stops (``_stop``)
         whatever happens.
 
         Between drains it waits for the first of: a posted tick, the next due timer, an
         idle check.  The wait is written out here, not in a coroutine of its own: every
         coroutine between the run's task and the loop's wait is an object that each live
-        run holds.
+        run holds.  For the same reason this is a generator-based coroutine: under
+        asyncio it hands the wait's future to the run's task itself, as the future's own
+        iterator would (``yield from`` the rest, as ``await`` does).
         """
         adapter = self.adapter
         try:
             if resumed:  # a tick reduced before this task began may have dispatched workers
                 while self.unstarted and self.exit is None:
-                    await anyio.lowlevel.checkpoint()
+                    yield from anyio.lowlevel.checkpoint()
             while True:
                 if adapter.durable:
-                    await self._drain_durably()
+                    yield from self._drain_durably()
                 else:
                     self._drain()
                 if self.exit is not None:
                     adapter.finish(self.exit)
                     return self.exit
                 if self.idle_requested:
-                    await anyio.lowlevel.checkpoint()
+                    yield from anyio.lowlevel.checkpoint()
                     self._take_idle_check()
                 elif not self._input_ready():
                     self.waiting = True
                     try:
-                        await self.pool.wait(self._wait_limit())
+                        wait: Any = self.pool.wait(self._wait_limit())
+                        if getattr(wait, "_asyncio_future_blocking", None) is None:
+                            yield from wait  # a coroutine (trio, or a wait with a limit)
+                        elif not wait.done():
+                            wait._asyncio_future_blocking = True  # the task waits for it
+                            yield wait
+                        del wait
                         self._take_due_timers()
                     finally:
                         self.waiting = False
                     while self.unstarted and self.exit is None:
-                        await anyio.lowlevel.checkpoint()  # let dispatched workers begin first
+                        yield from anyio.lowlevel.checkpoint()  # let dispatched workers begin
                     if not self._take_available() and self._heartbeat_due():
-                        await adapter.heartbeat()
+                        yield from adapter.heartbeat()
                         self.last_commit = time.time()
                 elif self.exit is PARKED:
                     return PARKED
@@ -522,8 +545,7 @@ class _Loop:
         for command in commands:
             if type(command) is PublishStepState:
                 # ``_publish_step_state`` without its frame: every step publishes one.
-                publish = self.publish
-                publish(command)
+                self.sink.push(command)
             else:
                 handlers[type(command)](self, command)
 
@@ -637,27 +659,11 @@ class _Loop:
     # -- commands ------------------------------------------------------------------
 
     def _run_worker(self, command: RunWorker) -> None:
-        publish = self.publish  # through a local: see ``write``
-        publish(command)  # stands for the invocation's RUNNING state
+        self.sink.push(command)  # stands for the invocation's RUNNING state
         invocation = command.invocation
-        key = invocation.invocation_id
-        unstarted = self.unstarted
-        if type(unstarted) is set:
-            unstarted.add(key)
-        else:
-            self.unstarted = {key}
+        self.unstarted += 1  # until the worker begins (see ``WorkerLane.unstarted``)
         worker = self.run_step(self.adapter, invocation, self)
-        self.pool.spawn(key, worker, self.spawn_context)
-
-    def started(self, invocation_id: str) -> None:
-        """The worker of ``invocation_id`` has begun (or was cancelled before it did)."""
-        unstarted = self.unstarted
-        if invocation_id in unstarted:
-            if len(unstarted) == 1:
-                self.unstarted = _ALL_STARTED
-            else:
-                assert type(unstarted) is set
-                unstarted.discard(invocation_id)
+        self.pool.spawn(invocation.invocation_id, worker, self.spawn_context)
 
     def report(self, invocation: Invocation, outcome: StepOutcome) -> None:
         """A worker's outcome (a cancelled worker reports none): post it as a tick."""
@@ -696,12 +702,9 @@ class _Loop:
                 self.unaccounted += 1
                 items = self.stream.quiet_items
                 if items is not None and type(event) in AS_IS:
-                    items.append(event)  # what ``publish`` does then, without its frame
+                    items.append(event)  # what ``sink.push`` does then, without its frame
                     return
-                # Through a local: ``self.publish(...)`` is a method-call lookup that
-                # cannot be specialized for an attribute holding a bound method.
-                publish = self.publish
-                publish(event)
+                self.sink.push(event)
                 return
         elif self._opens_batch():
             state = self.state
@@ -714,7 +717,7 @@ class _Loop:
             self.write_elapsed = elapsed
             self.write_stamp = last
             self.unaccounted = 1
-            self.publish(event)
+            self.sink.push(event)
             return
         self.post(PublishTick(now, event, invocation_id))
 
@@ -790,25 +793,25 @@ class _Loop:
             self.pool.wake()
 
     def _cancel_worker(self, command: CancelWorker) -> None:
-        self.started(command.invocation_id)
-        self.pool.cancel(command.invocation_id)
+        if self.pool.cancel(command.invocation_id):
+            self.unstarted -= 1  # a worker that will never begin (nor take itself off)
 
     def _publish(self, command: PublishEvent) -> None:
-        self.adapter.publish(command.event)
+        self.sink.push(command.event)
 
     def _publish_step_state(self, command: PublishStepState) -> None:
-        self.publish(command)
+        self.sink.push(command)
 
     def _complete(self, command: CompleteRun) -> None:
-        self.adapter.publish(terminal_event(command))
+        self.sink.push(terminal_event(command))
         self.exit = RunExit("complete", stop_event=command.stop_event)
 
     def _fail(self, command: FailWorkflow) -> None:
-        self.adapter.publish(terminal_event(command))
+        self.sink.push(terminal_event(command))
         self.exit = RunExit("fail", exception=command.exception, step_name=command.step_name)
 
     def _halt(self, command: Halt) -> None:
-        self.adapter.publish(terminal_event(command))
+        self.sink.push(terminal_event(command))
         self.exit = RunExit(command.reason, exception=command.exception)
 
     def _push_timer(self, command: ScheduleCommand) -> None:
