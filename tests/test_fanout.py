@@ -776,6 +776,35 @@ async def test_take_cancel_rest_drops_queued_members() -> None:
     assert wf.started == [0]
 
 
+class DispatchedCutFlow(Recording):
+    """Take(2, cancel_rest=True), two slots: the first completion hands its freed slot to
+    item 2, whose task is started but has not begun when the second completion cuts it."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=k) for k in range(4)]
+
+    @step(num_workers=2)
+    async def work(self, ev: Item) -> Done:
+        self.started.append(ev.n)
+        return Done(n=ev.n)
+
+    @step
+    async def first(
+        self, events: Annotated[list[Done], Collect(Take(2, cancel_rest=True))]
+    ) -> StopEvent:
+        await anyio.sleep(0.02)  # a cut worker that still ran would have run by now
+        return StopEvent(result=sorted(e.n for e in events))
+
+
+async def test_take_cancel_rest_drops_a_dispatched_member_that_has_not_begun() -> None:
+    # Under trio such a worker's body used to run anyway (its cancel scope did not exist
+    # yet); under asyncio its task was cancelled before its first step.  Both now agree.
+    wf = DispatchedCutFlow()
+    assert await wf.run() == [0, 1]
+    assert sorted(wf.started) == [0, 1]
+
+
 class CutRetryWaiterFlow(Recording):
     """The cut also drops a delayed retry and a waiter inside the stream.
 

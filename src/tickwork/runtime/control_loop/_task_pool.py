@@ -151,6 +151,7 @@ class TrioPool(TaskPool):
         self._trio = trio
         self._wake_when_idle = wake_when_idle
         self._nursery: Any = None
+        # Worker key -> its cancel scope once its task has begun, ``None`` before.
         self._scopes: dict[str, Any] = {}
         self._sleeper: Any = None  # the loop's task while it waits (see ``wait``)
         self._live = 0  # children not exited yet (cancelled ones included)
@@ -163,7 +164,7 @@ class TrioPool(TaskPool):
         self._nursery = nursery
         deferred, self._deferred = self._deferred, None
         for key, worker, context in deferred or ():
-            context.run(nursery.start_soon, self._run, key, worker)
+            self._start(nursery, key, worker, context)
 
     def spawn(self, key: str, worker: Coroutine[Any, Any, None], context: Context) -> None:
         self._live += 1
@@ -172,10 +173,23 @@ class TrioPool(TaskPool):
                 self._deferred = []
             self._deferred.append((key, worker, context))
             return
-        context.run(self._nursery.start_soon, self._run, key, worker)
+        self._start(self._nursery, key, worker, context)
+
+    def _start(
+        self, nursery: Any, key: str, worker: Coroutine[Any, Any, None], context: Context
+    ) -> None:
+        """Start ``worker`` in ``nursery``; until its task begins, its key maps to
+        ``None`` (a cancel then drops it: see ``_run``)."""
+        self._scopes[key] = None
+        context.run(nursery.start_soon, self._run, key, worker)
 
     async def _run(self, key: str, worker: Coroutine[Any, Any, None]) -> None:
         try:
+            if key not in self._scopes:
+                # Cancelled after its start in the nursery, before its task began: it
+                # never begins (as an asyncio task cancelled before its first step).
+                worker.close()
+                return
             with self._trio.CancelScope() as scope:
                 self._scopes[key] = scope
                 await worker
@@ -186,8 +200,11 @@ class TrioPool(TaskPool):
                 self.wake()
 
     def cancel(self, key: str) -> bool:
-        scope = self._scopes.pop(key, None)
-        if scope is not None:
+        scopes = self._scopes
+        if key in scopes:
+            scope = scopes.pop(key)
+            if scope is None:
+                return True  # started, not begun: its task finds it gone and ends
             scope.cancel()
             return False  # its scope exists once the worker has begun
         deferred = self._deferred or []
@@ -197,13 +214,12 @@ class TrioPool(TaskPool):
                 worker.close()
                 self._live -= 1
                 return True
-        # Ended already, or started in the nursery and not begun: such a worker still
-        # begins (and takes itself off the count) before its first checkpoint.
-        return False
+        return False  # it ended already
 
     def cancel_all(self) -> None:
         for scope in list(self._scopes.values()):
-            scope.cancel()
+            if scope is not None:  # a worker not begun finds its key gone and ends
+                scope.cancel()
         self._scopes.clear()
         deferred, self._deferred = self._deferred, None
         for _, worker, _ in deferred or ():

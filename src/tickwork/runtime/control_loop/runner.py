@@ -360,9 +360,7 @@ class _Loop:
         # The stream a batched write appends to directly (``EventStream.quiet_items``)
         # when the sink is a bare ``EventStream``.
         sink = self.sink
-        self.stream: EventStream | _Unbuffered = (
-            sink if type(sink) is EventStream else _UNBUFFERED
-        )
+        self.stream: EventStream | _Unbuffered = sink if type(sink) is EventStream else _UNBUFFERED
         self.run_step = adapter.run_step
         # The asyncio pool's task map, which a reporting worker leaves (``pool.done``
         # inlined: a call per step); ``None`` under trio, whose workers leave on exit.
