@@ -374,7 +374,11 @@ def test_ctrl_c_says_how_to_resume_the_run(tmp_path: Path) -> None:
         while "[input] reading" not in seen and time.monotonic() < deadline:
             seen += proc.stderr.readline()
         proc.send_signal(signal.SIGINT)
-        _, rest = proc.communicate(timeout=COMMAND_DEADLINE_SECONDS)
+        # stdin stays open, as at a terminal where someone presses Ctrl-C: the command
+        # must end without its pending read of an answer finishing (closing stdin here
+        # would also race the interrupt with an end of input).
+        proc.wait(timeout=COMMAND_DEADLINE_SECONDS)
+        rest = proc.stderr.read()
     assert proc.returncode == 130
     run_id = re.search(r"\[run\] (\w{10}) started", seen)
     assert run_id is not None

@@ -8,15 +8,17 @@ Every way a run ends badly becomes one ``CliError`` line.
 
 from __future__ import annotations
 
+import functools
 import json
+import queue
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
-import anyio.to_thread
 from pydantic import BaseModel
 
 from tickwork._cli.console import EXIT_FAILURE, EXIT_USAGE, CliError, Console, one_line
@@ -31,13 +33,44 @@ from tickwork.handler import WorkflowHandler
 from tickwork.journal import JournalError
 from tickwork.workflow import Workflow
 
-__all__ = ["WAITING", "Follow", "ResumeHint", "print_result", "run_backend"]
+__all__ = ["WAITING", "Follow", "ResumeHint", "in_daemon_thread", "print_result", "run_backend"]
 
 HAND_BACK_SECONDS = 10.0
 """How long the command waits for its store to take back a run it leaves."""
 
 WAITING: Any = object()
 """What ``follow`` returns when it left a run waiting (it was not finished)."""
+
+ANSWER_POLL_SECONDS = 0.05
+"""How often the command looks whether the line it waits for has been read."""
+
+T = TypeVar("T")
+
+
+async def in_daemon_thread(fn: Callable[[], T]) -> T:
+    """``fn()``, a blocking read, run in a daemon thread of its own.
+
+    Not a worker thread of anyio: a cancelled wait (Ctrl-C) abandons the read, and a
+    worker thread still blocked in ``readline`` would keep the interpreter from exiting
+    until stdin closed.  Waiting for a human, the command looks for the line every
+    ``ANSWER_POLL_SECONDS``, which works alike under asyncio and trio.
+    """
+    box: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+
+    def read() -> None:
+        try:
+            box.put((True, fn()))
+        except BaseException as error:  # handed to the waiting task, raised there
+            box.put((False, error))
+
+    threading.Thread(target=read, name="tickwork answer reader", daemon=True).start()
+    while box.empty():
+        await anyio.sleep(ANSWER_POLL_SECONDS)
+    ok, value = box.get()
+    if not ok:
+        raise value
+    result: T = value
+    return result
 
 
 @dataclass(frozen=True)
@@ -138,7 +171,9 @@ class Follow:
     async def _answer(self, handler: WorkflowHandler, questions: list[Question]) -> None:
         for question in questions:
             self.asked.add(question.key)
-            answer = await anyio.to_thread.run_sync(self.read_answer, question, handler.run_id)
+            answer = await in_daemon_thread(
+                functools.partial(self.read_answer, question, handler.run_id)
+            )
             await handler.send_event(answer)
 
     def read_answer(self, question: Question, run_id: str) -> Event:

@@ -19,15 +19,21 @@ the workflow name recorded with the run (``module.Class``), imported like a clas
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
 from typing import Any
 
-import anyio.to_thread
-
 from tickwork._cli.console import EXIT_OK, EXIT_USAGE, CliError, Console, one_line
-from tickwork._cli.follow import WAITING, Follow, ResumeHint, print_result, run_backend
+from tickwork._cli.follow import (
+    WAITING,
+    Follow,
+    ResumeHint,
+    in_daemon_thread,
+    print_result,
+    run_backend,
+)
 from tickwork._cli.journal_view import (
     entry_dict,
     get_entry,
@@ -210,7 +216,9 @@ async def _resume(workflow: Workflow, entry: RunEntry, follow: Follow) -> Any:
         follow.console.progress("run", f"{entry.run_id} waits for input ({count})")
         for question in questions:
             follow.asked.add(question.key)
-            answer = await anyio.to_thread.run_sync(follow.read_answer, question, entry.run_id)
+            answer = await in_daemon_thread(
+                functools.partial(follow.read_answer, question, entry.run_id)
+            )
             answers.append(answer)
     handler = await _start(workflow, entry.run_id)
     follow.begin(handler, "resumed")
