@@ -367,6 +367,9 @@ def test_ctrl_c_says_how_to_resume_the_run(tmp_path: Path) -> None:
         [*command, "--journal", journal],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, cwd=ROOT, env=command_env(),
+        # Ctrl-C as at a terminal, even when this test runs in a background job (which
+        # would pass SIGINT on ignored: the command rightly keeps a disposition it gets).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as proc:  # fmt: skip
         assert proc.stderr is not None
         seen = ""
