@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 
@@ -141,6 +142,14 @@ async def test_a_shrunk_stream_keeps_every_unread_event_in_order(unread: int) ->
     assert stream.drained
 
 
+async def _read_two(stream: EventStream, got: list[int]) -> None:
+    """Read the stream into ``got`` until it holds two items."""
+    async for ev in stream.iterate(expose_internal=False):
+        got.append(ev.n)
+        if len(got) == 2:
+            return
+
+
 @pytest.mark.anyio
 async def test_a_reader_waiting_when_the_stream_shrinks_gets_what_was_pushed_before() -> None:
     """An item pushed while a reader waits, then kept by a ``shrink`` before that reader
@@ -148,11 +157,7 @@ async def test_a_reader_waiting_when_the_stream_shrinks_gets_what_was_pushed_bef
     stream = EventStream()
     got: list[int] = []
 
-    async def reader() -> None:
-        async for ev in stream.iterate(expose_internal=False):
-            got.append(ev.n)
-            if len(got) == 2:
-                return
+    reader = functools.partial(_read_two, stream, got)
 
     with anyio.fail_after(2):
         async with anyio.create_task_group() as tg:
@@ -176,11 +181,7 @@ async def test_quiet_items_is_the_buffer_only_while_no_reader_waits() -> None:
     assert stream.quiet_items is stream._items
     got: list[int] = []
 
-    async def reader() -> None:
-        async for ev in stream.iterate(expose_internal=False):
-            got.append(ev.n)
-            if len(got) == 2:
-                return
+    reader = functools.partial(_read_two, stream, got)
 
     with anyio.fail_after(2):
         async with anyio.create_task_group() as tg:
