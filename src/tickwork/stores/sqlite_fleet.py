@@ -32,6 +32,7 @@ from tickwork.stores.records import (
 from tickwork.stores.sqlite_checks import journal_label
 from tickwork.stores.sqlite_schema import (
     ENTRY_COLUMNS,
+    UNFINISHED_SQL,
     decode_entry,
     encode_json,
     immediate,
@@ -43,6 +44,7 @@ __all__ = [
     "InboxRead",
     "check_fence",
     "claim_one",
+    "claim_query",
     "claim_some",
     "expire_owner",
     "fence_refused",
@@ -64,7 +66,7 @@ __all__ = [
 # Which runs a claim may take (store.py): queued; parked and due or sent to; running
 # with an expired lease or no owner.  ``:now`` is the claim's time.  The first term
 # repeats the WHERE of the ``runs_claim_order`` index so that SQLite scans it.
-_CLAIMABLE = """status IN ('queued', 'running', 'parked') AND (
+_CLAIMABLE = f"""{UNFINISHED_SQL} AND (
     status = 'queued'
     OR (status = 'parked' AND ((wake_at IS NOT NULL AND wake_at <= :now)
         OR EXISTS (SELECT 1 FROM inbox WHERE inbox.run_id = runs.run_id
@@ -195,6 +197,25 @@ def _take(
     ]
 
 
+def claim_query(
+    workflow_names: Sequence[str], queues: Sequence[str] | None, now: float
+) -> tuple[str, dict[str, Any]]:
+    """The query of ``claim_some`` (the ids and claim counts of the claimable runs of
+    ``workflow_names`` in ``queues``, in claim order, ``:limit`` of them) and its
+    parameters but ``limit``; it scans the index ``runs_claim_order``."""
+    params: dict[str, Any] = {f"w{i}": name for i, name in enumerate(workflow_names)}
+    where = f"workflow_name IN ({_named('w', len(workflow_names))})"
+    if queues is not None:
+        params.update({f"q{i}": queue for i, queue in enumerate(queues)})
+        where += f" AND queue IN ({_named('q', len(queues))})"
+    params["now"] = now
+    query = (
+        f"SELECT run_id, claims_without_progress FROM runs WHERE {where} AND {_CLAIMABLE} "
+        "ORDER BY priority DESC, created_at, run_id LIMIT :limit"
+    )
+    return query, params
+
+
 def claim_some(
     conn: sqlite3.Connection,
     path: str,
@@ -210,16 +231,7 @@ def claim_some(
     at ``max_claims`` claims without progress are failed and skipped."""
     if limit <= 0 or not workflow_names or (queues is not None and not queues):
         return []
-    params: dict[str, Any] = {f"w{i}": name for i, name in enumerate(workflow_names)}
-    where = f"workflow_name IN ({_named('w', len(workflow_names))})"
-    if queues is not None:
-        params.update({f"q{i}": queue for i, queue in enumerate(queues)})
-        where += f" AND queue IN ({_named('q', len(queues))})"
-    params["now"] = now
-    query = (
-        f"SELECT run_id, claims_without_progress FROM runs WHERE {where} AND {_CLAIMABLE} "
-        "ORDER BY priority DESC, created_at, run_id LIMIT :limit"
-    )
+    query, params = claim_query(workflow_names, queues, now)
     claims: list[Claim] = []
     with immediate(conn):
         while len(claims) < limit:
