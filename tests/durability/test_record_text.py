@@ -25,9 +25,20 @@ from tickwork.runtime.types.ticks import (
     Tick,
     Wakeup,
 )
-from tickwork.serde.journal_codec import encode_tick, encode_tick_text, records_model_text
+from tickwork.serde.journal_codec import (
+    certain_tick_text,
+    encode_tick,
+    encode_tick_text,
+    records_model_text,
+)
 from tickwork.serde.serializers import JsonSerializer, PickleSerializer
-from tickwork.stores.encoded import TextOutcome, TextRecord, TextStreamItem, record_text
+from tickwork.stores.encoded import (
+    DeferredTextRecord,
+    TextOutcome,
+    TextRecord,
+    TextStreamItem,
+    record_text,
+)
 from tickwork.stores.store import is_progress
 from tickwork.types import JournalRecord
 
@@ -89,6 +100,57 @@ def test_an_event_encoded_already_is_reused() -> None:
     assert '"TEXT"' not in (encode_tick_text(tick, {id(other): (other, "TEXT")}) or "")
 
 
+def _known_texts(tick: Tick) -> dict[int, tuple[Any, Any]]:
+    """The texts of the events ``tick`` carries, as a writer keeps them once written."""
+    outcome = getattr(tick, "outcome", None)
+    value = getattr(outcome, "value", getattr(tick, "event", None))
+    events = value if isinstance(value, list) else [value]
+    return {id(e): (e, f'"text of {id(e)}"') for e in events if isinstance(e, Event)}
+
+
+@pytest.mark.parametrize("tick", COMMON, ids=lambda tick: type(tick).__name__)
+def test_a_certain_text_is_the_text_written_now(tick: Tick) -> None:
+    known = _known_texts(tick)
+    write = certain_tick_text(tick, known)
+    certain = isinstance(tick, SessionStart) or (
+        isinstance(tick, StepResult) and isinstance(tick.outcome, Completed)
+    )
+    assert (write is not None) == certain
+    if write is not None:
+        assert write() == encode_tick_text(tick, known)
+
+
+@pytest.mark.parametrize(
+    "tick",
+    [
+        StepResult(2.0, "s", "inv-0", Completed(StopEvent(result=8))),  # its event not written
+        StepResult(2.0, "s", "inv-0", Completed([StopEvent(result=8)])),
+        StepResult(2.0, "s", "inv-0", Completed("not a model")),
+        StepResult(1.0, "s", "inv-0", Failed(ValueError("x"), None, 1.0)),
+        Wakeup(1.0, "s"),
+    ],
+)
+def test_a_text_that_could_fail_is_not_certain(tick: Tick) -> None:
+    assert certain_tick_text(tick, None) is None
+    assert certain_tick_text(tick, {}) is None
+
+
+def test_a_deferred_record_is_written_once_when_read() -> None:
+    data = encode_tick(SessionStart(1.0, "r"))
+    written: list[int] = []
+
+    def write() -> str:
+        written.append(1)
+        return json.dumps(data)
+
+    record = DeferredTextRecord(4, True, write)
+    assert not is_progress([record]) and written == []
+    assert is_progress([record, DeferredTextRecord(5, False, write)]) and written == []
+    assert record.data == data and record.data is record.data
+    assert record_text(record) == record.text == json.dumps(data) and written == [1]
+    assert record.seq == 4 and isinstance(record, JournalRecord)
+
+
 class Custom(JsonSerializer):
     def to_record(self, value: Any) -> Any:
         return self.serialize(value)
@@ -140,11 +202,13 @@ async def test_a_sqlite_journal_stores_the_same_text_and_reads_it_back(
     store = SqliteJournal(tmp_path / "runs.db")
     written: list[str] = []
     as_text: list[bool] = []
+    deferred: list[bool] = []
     append = store.append
 
     def spy(run_id: str, records: Any, *args: Any, **kwargs: Any) -> Any:
+        deferred.extend(type(r) is DeferredTextRecord for r in records)
         written.extend(record_text(r) for r in records)
-        as_text.extend(type(r) is TextRecord for r in records)
+        as_text.extend(isinstance(r, TextRecord) for r in records)
         for r in records:  # the dictionary a store or wrapper reads is still there
             assert json.dumps(r.data) == record_text(r)
         return append(run_id, records, *args, **kwargs)
@@ -171,6 +235,8 @@ async def test_a_sqlite_journal_stores_the_same_text_and_reads_it_back(
         ]
         # Only the plain JSON serializer's records are written in one pass.
         assert as_text == [type(serializer) is JsonSerializer] * 4
+        # The last one, compacted away by the final snapshot, only if read (here).
+        assert deferred == [False, False, False, type(serializer) is JsonSerializer]
     finally:
         store.close()
 

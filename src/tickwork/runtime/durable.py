@@ -49,6 +49,7 @@ from tickwork.runtime.types.results import Failed
 from tickwork.runtime.types.state import RunState
 from tickwork.runtime.types.ticks import SessionStart, StepResult, Tick
 from tickwork.serde.journal_codec import (
+    certain_tick_text,
     encode_tick,
     encode_tick_text,
     event_text,
@@ -58,7 +59,13 @@ from tickwork.serde.journal_codec import (
 from tickwork.serde.serializers import BaseSerializer
 from tickwork.serde.snapshot import encode_snapshot
 from tickwork.stores import metrics
-from tickwork.stores.encoded import TextOutcome, TextRecord, TextStreamItem, TextValue
+from tickwork.stores.encoded import (
+    DeferredTextRecord,
+    TextOutcome,
+    TextRecord,
+    TextStreamItem,
+    TextValue,
+)
 from tickwork.stores.records import STREAM_SLOTS, Lease, RunOutcome, StreamItem
 from tickwork.stores.store import JournalStore, RunStatus, StatePatch
 from tickwork.types import JournalRecord
@@ -283,9 +290,19 @@ class DurableWriter:
             ) from error
 
     def _encode(
-        self, tick: Tick, seq: int, known: dict[int, tuple[Any, Any]] | None
+        self,
+        tick: Tick,
+        seq: int,
+        known: dict[int, tuple[Any, Any]] | None,
+        defer: bool = False,
     ) -> JournalRecord:
+        """The journal record of ``tick``; with ``defer``, a record whose text is
+        certain is written only if the store reads it (``DeferredTextRecord``)."""
         if self._text:
+            if defer:
+                write = certain_tick_text(tick, known)
+                if write is not None:
+                    return DeferredTextRecord(seq, type(tick) is SessionStart, write)
             text = encode_tick_text(tick, known)
             if text is not None:
                 return TextRecord(seq, text, type(tick) is SessionStart)
@@ -363,12 +380,27 @@ class DurableWriter:
         encodes them before it waits lets them go)."""
         published, self._published = self._published, None
         known, self._records = self._records, None
-        records = [self._encode(tick, seq, known) for tick, seq in batch]
+        # The records of a final append that carries its compacting snapshot are
+        # compacted away in its own transaction: a store that knows it does not write
+        # them, so their texts are written only if read.
+        defer = final is not None and getattr(self.store, "appends_snapshots", False)
+        records = [self._encode(tick, seq, known, defer) for tick, seq in batch]
         patch = self._state_patch(records[-1].seq)
+        stream = () if published is None else published
+        if final is None:  # the common call, without a keyword dictionary
+            writing = self.store.append(
+                self.run_id,
+                records,
+                patch,
+                lease=self.lease,
+                consumed=self._consumed(batch),
+                stream=stream,
+            )
+            return writing, False
         # The final snapshot rides in the final append's transaction when the store
         # can take it: a finished run is never left uncompacted, and one store call
         # fewer per run.
-        closing = self._final_snapshot(state, batch, final) if final is not None else None
+        closing = self._final_snapshot(state, batch, final)
         extra: dict[str, Any] = {} if closing is None else {"snapshot": closing}
         writing = self.store.append(
             self.run_id,
@@ -377,8 +409,8 @@ class DurableWriter:
             final,
             lease=self.lease,
             consumed=self._consumed(batch),
-            stream=() if published is None else published,
-            outcome=self._outcome(known) if final is not None else None,
+            stream=stream,
+            outcome=self._outcome(known),
             **extra,
         )
         return writing, closing is not None

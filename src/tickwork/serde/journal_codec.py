@@ -13,11 +13,12 @@ format.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from json import dumps as json_text
 from json.encoder import encode_basestring_ascii
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -55,6 +56,7 @@ __all__ = [
     "decode_tick",
     "encode_tick",
     "encode_tick_text",
+    "certain_tick_text",
     "event_text",
     "known_record",
     "opens_session",
@@ -329,6 +331,29 @@ def encode_tick_text(tick: Tick, known: Known = None) -> str | None:
         return writer(tick, known)
     except Exception:
         return None
+
+
+def certain_tick_text(tick: Tick, known: Known) -> Callable[[], str] | None:
+    """A function writing ``encode_tick_text(tick, known)``, to call later (or never),
+    for a tick whose text is certain: it cannot fail nor fall back to ``encode_tick``.
+    That is a session start, or a completed step result (without collect operations)
+    whose events all have their text in ``known`` (written already, once: the
+    ``StopEvent`` of a run's last step).  ``None`` for any other tick."""
+    kind = type(tick)
+    if kind is StepResult:
+        outcome = tick.outcome  # type: ignore[union-attr]
+        if type(outcome) is not Completed or outcome.collect_ops:
+            return None
+        value = outcome.value
+        if isinstance(value, list):
+            if not all(type(known_record(known, v)) is str for v in value):
+                return None
+        elif value is not None and type(known_record(known, value)) is not str:
+            return None
+    elif kind is not SessionStart:
+        return None
+    # The writer of such a tick returns its text (never ``None``).
+    return cast("Callable[[], str]", functools.partial(_TEXT_WRITERS[kind], tick, known))
 
 
 def _session_start_text(tick: SessionStart, known: Known) -> str:

@@ -13,13 +13,21 @@ what it always saw.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tickwork.stores.records import RunOutcome, StreamItem
 from tickwork.types import JournalRecord
 
-__all__ = ["TextOutcome", "TextRecord", "TextStreamItem", "TextValue", "record_text", "value_text"]
+__all__ = [
+    "DeferredTextRecord",
+    "TextOutcome",
+    "TextRecord",
+    "TextStreamItem",
+    "TextValue",
+    "record_text",
+    "value_text",
+]
 
 
 class TextRecord(JournalRecord):
@@ -38,6 +46,37 @@ class TextRecord(JournalRecord):
     def data(self) -> dict[str, Any]:
         """The record's JSON data, parsed from ``text`` (once)."""
         parsed: dict[str, Any] = _parsed(self, "text")
+        return parsed
+
+
+class DeferredTextRecord(TextRecord):
+    """A ``TextRecord`` whose ``text`` is written on first use, by ``write`` (which
+    cannot fail): a record that its append's own snapshot compacts away (the last
+    records of a finished run) is then never written at all by a store that knows it
+    (the SQLite store), and read as usual by any other."""
+
+    def __init__(self, seq: int, opens: bool, write: Callable[[], str]) -> None:
+        object.__setattr__(self, "seq", seq)
+        object.__setattr__(self, "opens", opens)
+        object.__setattr__(self, "_write", write)
+
+    @property
+    def text(self) -> str:  # type: ignore[override]
+        """The record's JSON text, written once."""
+        cache = self.__dict__
+        if "_text" not in cache:
+            object.__setattr__(self, "_text", cache["_write"]())
+        written: str = cache["_text"]
+        return written
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The record's JSON data, parsed from ``text`` (once)."""
+        text = self.text
+        cache = self.__dict__
+        if "_parsed" not in cache:
+            object.__setattr__(self, "_parsed", json.loads(text))
+        parsed: dict[str, Any] = cache["_parsed"]
         return parsed
 
 
@@ -95,7 +134,7 @@ def _parsed(value: object, name: str) -> Any:
 
 def record_text(record: JournalRecord) -> str:
     """The JSON text of ``record``: its own when it has one, else ``json.dumps``."""
-    if type(record) is TextRecord:
+    if isinstance(record, TextRecord):  # a ``DeferredTextRecord`` writes it now
         return record.text
     return json.dumps(record.data)
 

@@ -103,6 +103,24 @@ def _fetch_records(
     return rows
 
 
+def _record_rows(
+    run_id: str,
+    records: Sequence[JournalRecord],
+    snapshot: tuple[int, Any] | None,
+    lease: Lease | None,
+) -> list[tuple[str, int, str | None]]:
+    """The rows of an append's ``records``: without their texts when the append's own
+    snapshot compacts them all away (``writes.keeps_records``: none is written; the
+    last records of a finished run, whose texts are then never written at all)."""
+    if (
+        snapshot is not None
+        and records
+        and not writes.keeps_records(max(r.seq for r in records), snapshot, lease)
+    ):
+        return [(run_id, r.seq, None) for r in records]
+    return [(run_id, r.seq, record_text(r)) for r in records]
+
+
 class SqliteJournal:
     """A journal store in one SQLite file, e.g. ``SqliteJournal("runs.db")``.
 
@@ -356,7 +374,7 @@ class SqliteJournal:
             patches = True
         rows = writes.AppendRows(
             run_id,
-            [(run_id, r.seq, record_text(r)) for r in records],
+            _record_rows(run_id, records, snapshot, lease),
             None
             if state_patch is None
             else (run_id, state_patch.after_seq, json.dumps(state_patch.patch)),

@@ -39,6 +39,7 @@ __all__ = [
     "commit_together",
     "run_batch",
     "fenced_update",
+    "keeps_records",
     "register",
     "replace_snapshot",
     "submit",
@@ -265,7 +266,7 @@ class AppendRows:
     def __init__(
         self,
         run_id: str,
-        records: list[tuple[str, int, str]],
+        records: list[tuple[str, int, str | None]],
         patch: tuple[str, int, str] | None,
         stream: Sequence[tuple[str, int, str]],
         consumed: Sequence[int],
@@ -296,6 +297,16 @@ class AppendRows:
         append(conn, self.path, self, self.now)
 
 
+def keeps_records(last: int, snapshot: tuple[int, Any] | None, lease: Lease | None) -> bool:
+    """Whether an append writes its records (``last`` the highest seq): not when the
+    compacting snapshot it writes after them, fenced by ``lease``, is taken after them
+    all (the final append of a finished run), which would delete them in the same
+    transaction.  Only when fenced: the fence's ``last_seq`` test then guarantees that
+    none of them was written before (which an unfenced append learns from the insert).
+    The store then gives their rows without texts (``SqliteJournal.append``)."""
+    return snapshot is None or lease is None or last >= snapshot[0]
+
+
 def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) -> None:
     """``append`` (store.py), inside the caller's transaction: the fenced ``UPDATE
     runs``, then the records, the state patch, the consumed inbox items, the stream
@@ -320,11 +331,9 @@ def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) ->
         raise fence_refused(conn, path, run_id, lease, "appending records", fenced_first)
     snapshot = rows.snapshot
     # Records and a patch that the snapshot written below compacts away are not
-    # written at all (the transaction leaves the same rows).  Only when fenced: the
-    # fence's ``last_seq`` test then guarantees that none of them was written before
-    # (which an unfenced append learns from the insert).
+    # written at all (the transaction leaves the same rows; ``keeps_records``).
     cut = snapshot[0] if snapshot is not None and lease is not None else None
-    if last is not None and (cut is None or last >= cut):
+    if last is not None and keeps_records(last, snapshot, lease):
         try:
             conn.executemany("INSERT INTO records VALUES (?, ?, ?)", records)
         except sqlite3.IntegrityError as error:

@@ -94,7 +94,7 @@ def is_progress(records: Sequence[JournalRecord]) -> bool:
     taking it would never be failed as poison.
     """
     for record in records:
-        if not (record.opens if type(record) is TextRecord else opens_session(record.data)):
+        if not (record.opens if isinstance(record, TextRecord) else opens_session(record.data)):
             return True
     return False
 
