@@ -202,3 +202,25 @@ async def test_callers_cancelled_before_their_turn_leave_the_others_their_batch(
     assert results == {"first": "first", "b": "b", "d": "d"}
     assert store.batches == [["first"], ["b", "d"]]
     assert not store.queue._busy
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+async def test_a_caller_cancelled_before_it_calls_makes_no_call(busy: bool) -> None:
+    # Idle, it would take a batch at once (shielded); busy, it would wait for one:
+    # either way its call is never made, and it raises the cancellation.
+    store = _Store()
+    gate = store.hold() if busy else None
+    async with anyio.create_task_group() as group:
+        if busy:
+            group.start_soon(functools.partial(store.queue.call, "first", action="x"))
+            await _until(lambda: store.batches)
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await store.queue.call("late", action="x")
+        assert scope.cancelled_caught
+        assert store.queue._queue == []
+        if gate is not None:
+            store.gate = None
+            gate.set()
+    assert store.batches == ([["first"]] if busy else [])
+    assert not store.queue._busy

@@ -100,7 +100,13 @@ class GroupCommit:
     ) -> Any:
         """Run ``body`` in the next batch (in its transaction if ``write``); its
         result, or raise its error."""
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        if not self._busy or self._turn:
+            # It takes a batch at once, shielded: a cancelled caller stops here.  A
+            # caller that waits first sees its cancellation in that wait (it withdraws
+            # its call, as here it would make none), without this check's cost
+            # (about 11k instructions under asyncio, on nearly every call of a busy
+            # store).
+            await anyio.lowlevel.checkpoint_if_cancelled()
         pending = PendingCall(body, run_id, action, write)
         self._queue.append(pending)
         if self._busy:
