@@ -61,6 +61,7 @@ def add(name: str, amount: int = 1, **attributes: str) -> None:
 
 def record(name: str, value: float, **attributes: str) -> None:
     """Record ``value`` in the histogram ``name`` (a no-op without OpenTelemetry)."""
-    instruments = _instruments()
+    # The instruments once made, without two calls (every durable append records one).
+    instruments = _INSTRUMENTS if _INSTRUMENTS is not None else _instruments()
     if instruments is not None:
         instruments[name].record(value, attributes)

@@ -82,7 +82,6 @@ def register(
     snapshot at ``seq``; fenced by ``lease``, or taken over by ``owner`` unless another
     worker holds a live lease.  A new run's journal starts right before ``seq``; its id
     is appended to ``fresh`` (once committed, the run is known to have no history)."""
-    label = journal_label(path, run_id)
     with immediate(conn):
         if lease is None and _insert_new(
             conn,
@@ -106,15 +105,15 @@ def register(
         granted = lease
         if lease is not None and (held_by, epoch) != (lease.owner, lease.epoch):
             raise LeaseLost(
-                f"{label}: registering a session refused: the run is owned by "
-                f"{held_by or 'nobody'} at epoch {epoch}, not by {lease.owner} at epoch "
-                f"{lease.epoch}"
+                f"{journal_label(path, run_id)}: registering a session refused: the run is "
+                f"owned by {held_by or 'nobody'} at epoch {epoch}, not by {lease.owner} at "
+                f"epoch {lease.epoch}"
             )
         if lease is None and owner is not None:
             if held_by not in (None, owner) and until is not None and until >= now:
                 raise LeaseLost(
-                    f"{label}: the run is owned by {held_by} until {until:.3f}; it cannot be "
-                    "started here"
+                    f"{journal_label(path, run_id)}: the run is owned by {held_by} until "
+                    f"{until:.3f}; it cannot be started here"
                 )
             held_by, epoch, until = owner, epoch + 1, now + lease_seconds
             granted = Lease(run_id, owner, epoch)
@@ -314,7 +313,9 @@ def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) ->
     run_id, records, lease = rows.run_id, rows.records, rows.lease
     first = records[0][1] if records else None
     args: list[Any] = [now]
-    last = max(seq for _run, seq, _data in records) if records else None
+    last = None
+    if records:  # one record (a step's result) is most appends': no generator for it
+        last = first if len(records) == 1 else max(seq for _run, seq, _data in records)
     if last is not None:
         args.append(last)
     if rows.final_status is not None:
