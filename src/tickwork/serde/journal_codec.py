@@ -53,10 +53,10 @@ from tickwork.serde.serializers import (
 
 __all__ = [
     "JOURNAL_FORMAT_VERSION",
+    "certain_tick_text",
     "decode_tick",
     "encode_tick",
     "encode_tick_text",
-    "certain_tick_text",
     "event_text",
     "known_record",
     "opens_session",
