@@ -14,12 +14,13 @@ __all__ = ["running_asyncio_loop"]
 
 
 def running_asyncio_loop() -> Any:
-    """The asyncio event loop running in this thread, or ``None`` (trio, or no loop)."""
-    if "asyncio" not in sys.modules:
-        return None
-    import asyncio
+    """The asyncio event loop running in this thread, or ``None`` (trio, or no loop).
 
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
+    Asks asyncio's low-level ``_get_running_loop`` (which answers ``None`` instead of
+    raising): under trio, ``get_running_loop`` would raise and catch an exception on
+    every call, and these calls sit on a durable run's every append.
+    """
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
         return None
+    return asyncio._get_running_loop()
