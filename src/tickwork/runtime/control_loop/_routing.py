@@ -61,7 +61,6 @@ from tickwork.runtime.types.state import (
     StepSpec,
     WorkItem,
 )
-from tickwork.runtime.types.step_id import work_item_id
 from tickwork.runtime.types.ticks import (
     AddEvent,
 )
@@ -354,8 +353,7 @@ def emit_fanned_out(
     first_seq = seq = tx.work_item_seq  # minted here: tx.mint_work_item() without a call
     for event in events:
         for step in routes[type(event)]:
-            # Positional, as in _route_to_step.
-            item = WorkItem(work_item_id(seq), step, event, None, scope_path, recovery_counts)
+            item = _work_item(f"wi-{seq}", step, event, scope_path, recovery_counts)
             seq += 1
             waiting = queued.get(step)
             if waiting is None:
@@ -371,6 +369,31 @@ def emit_fanned_out(
         tx.put_step(step, replace(current, queue=current.queue.extend(items)))
         tx.queued += len(items)
     return seq - first_seq  # one open work item per delivery
+
+
+def _work_item(
+    work_item_id: str,
+    step: str,
+    event: Any,
+    scope_path: tuple[str, ...],
+    recovery_counts: Mapping[str, int],
+) -> WorkItem:
+    """A new work item delivering ``event`` to ``step``: ``WorkItem(...)`` without a class
+    call (see ``new_record``), every field written, as in ``_route_to_step``."""
+    item = _new(WorkItem)
+    item.work_item_id = work_item_id
+    item.step = step
+    item.event = event
+    item.bound_events = None
+    item.scope_path = scope_path
+    item.recovery_counts = recovery_counts
+    item.attempts = 0
+    item.first_attempt_at = None
+    item.last_exception = None
+    item.last_failed_at = None
+    item.not_before = None
+    item.resume_identity = None
+    return item
 
 
 def _preparing(
