@@ -104,7 +104,7 @@ def deliver_event(
     woken = NONE_WOKEN if tx.waiter_index.empty else resolve_waiters(tx, event)
     delivered = bool(woken)
     opened = 0
-    routes = (target,) if target is not None else tx.base.config.routes[type(event)]
+    routes = (target,) if target is not None else tx.config.routes[type(event)]
     for step in routes:
         if step in woken:
             continue
@@ -139,7 +139,7 @@ def _route_to_step(
     scope_path: tuple[str, ...],
 ) -> int:
     """Deliver one event to one step; returns the open work items it created (0 or 1)."""
-    spec = tx.base.config.steps[step]
+    spec = tx.config.steps[step]
     if spec.kind == "collect":
         _arrive_at_collect_step(tx, step, event, scope_path)
         return 0
@@ -173,7 +173,7 @@ def _route_to_step(
 
 def _arrive_at_collect_step(tx: Tx, step: str, event: Any, scope_path: tuple[str, ...]) -> None:
     """Buffer a stream member for the nearest enclosing stream bound to ``step``."""
-    config = tx.base.config
+    config = tx.config
     found = nearest_binding(tx.streams, scope_path, config.collectors, step, type(event))
     if found is None:
         _log.warning(
@@ -345,8 +345,8 @@ def emit_fanned_out(
     """
     if not _only_plain_deliveries(tx, events):
         return emit_events(tx, events, recovery_counts, scope_path, producer)
-    routes = tx.base.config.routes
-    specs = tx.base.config.steps
+    routes = tx.config.routes
+    specs = tx.config.steps
     commands = tx.commands
     queued: dict[str, list[WorkItem]] = {}  # step -> its deliveries that found no slot
     preparing: dict[tuple[str, type], PublishStepState] = {}
@@ -414,7 +414,7 @@ def _only_plain_deliveries(tx: Tx, events: list[Any]) -> bool:
     (``deliver_event`` would then do nothing else for any of them)."""
     if tx.holdings.blind.size or not tx.waiter_index.empty:
         return False
-    config = tx.base.config
+    config = tx.config
     for event_type in set(map(type, events)):
         targets = config.routes[event_type]
         if not targets or IS_INPUT_REQUIRED[event_type]:
@@ -484,7 +484,7 @@ def close_finished_streams(tx: Tx) -> None:
         if state is None or state.open_work_items > 0:
             continue
         streams, releases, fired = close_stream(
-            tx.streams, tx.releases, stream, tx.base.config.bindings_by_id
+            tx.streams, tx.releases, stream, tx.config.bindings_by_id
         )
         tx.streams = streams
         tx.releases = releases
@@ -523,14 +523,14 @@ def _cut_stream(tx: Tx, stream: str) -> None:
     for sid in nested:
         if sid == stream:
             continue
-        for binding_id in tx.base.config.bindings_by_id:
+        for binding_id in tx.config.bindings_by_id:
             releases = releases.delete(release_key(sid, binding_id))
         streams = streams.delete(sid)
     tx.streams = streams
     tx.releases = releases
     if stream in tx.streams:
         streams, releases, fired = close_stream(
-            tx.streams, tx.releases, stream, tx.base.config.bindings_by_id
+            tx.streams, tx.releases, stream, tx.config.bindings_by_id
         )
         tx.streams = streams
         tx.releases = releases
@@ -551,7 +551,7 @@ def fail_stuck_stream(tx: Tx) -> bool:
     ]
     for key, release in sorted(tx.releases.items()):
         if release.stream_id not in streams:
-            binding = tx.base.config.bindings_by_id.get(release.binding_id)
+            binding = tx.config.bindings_by_id.get(release.binding_id)
             source = binding.producer if binding is not None else "<unknown>"
             error = WorkflowRuntimeError(
                 f"the collect buffer {key} of step {source!r} belongs to a stream that no "

@@ -1,7 +1,8 @@
 """The reducer's accumulator and its dispatch primitives.
 
-A reduction works on a ``Tx``: the run's scalar fields as attributes, the steps it
-changed, and the commands it produced; ``commit`` builds the new state once.  The
+A reduction works on a ``Tx``: the new run state under construction (the input's
+fields, changed in place, and the steps it changed) with the commands it produced;
+``commit`` hands it out as the new state.  The
 functions here are the moves every phase makes: dispatch a work item to a free slot or
 queue it, drain a queue, free a slot, end the run.
 """
@@ -29,19 +30,15 @@ from tickwork.runtime.types.state import (
     NO_HOLDINGS,
     NO_SENDS,
     NO_WAITER_INDEX,
-    Holdings,
     Invocation,
-    ReleaseState,
     RunState,
     RunStatus,
     StepRunState,
     StepSpec,
-    StreamState,
     Waiter,
     WorkItem,
 )
 from tickwork.runtime.types.step_id import WORKER_NAMES
-from tickwork.runtime.types.waiter_index import WaiterIndex
 
 FRESH_STEP = StepRunState()
 
@@ -62,68 +59,34 @@ _NO_WAITERS: Mapping[str, Waiter] = {}
 _log = logging.getLogger("tickwork.runtime")
 
 
-_SCALARS = (
-    "is_running",
-    "queued",
-    "running",
-    "waiter_index",
-    "streams",
-    "releases",
-    "stream_seq",
-    "work_item_seq",
-    "invocation_seq",
-    "journal_seq",
-    "elapsed_alive",
-    "last_alive_stamp",
-    "idle_check_pending",
-    "holdings",
-)
+_CLEARED: Any = None
+"""What ``commit`` leaves in the working slots that held references."""
 
 
-class Tx:
-    """The accumulator of one reduction: the run's fields as attributes, the changed
-    steps, and the commands produced so far.  ``open_tx`` makes one; ``commit`` builds
-    the new state once."""
+class Tx(RunState):
+    """The accumulator of one reduction: the new run state under construction.
 
-    __slots__ = (
-        "_own_steps",
-        "_status",
-        "base",
-        "commands",
-        "live",
-        "now",
-        "quiet",
-        "steps",
-        "touched_streams",
-        *_SCALARS,
-    )
+    ``open_tx`` makes one as a copy of the input state's fields; the phases change its
+    fields (the run's counters, ``streams``, ...) and its steps (``put_step``), and
+    append commands; ``commit`` hands the same object out as the new ``RunState``.  A
+    reduction thus builds one record for the state, not an accumulator and then a
+    state: the working slots it needs besides the fields are ``ReductionSlots``.
+    """
+
+    __slots__ = ()  # the layout of a RunState: commit() turns a Tx into one
 
     base: RunState
+    """The input state (read-only)."""
     now: float
     touched_streams: list[str] | None
-    steps: Mapping[str, StepRunState]
-    """The step states by name: read it directly (``tx.steps[name]``), change it with
-    ``put_step``."""
     _own_steps: dict[str, StepRunState] | None
+    """``steps`` once this reduction copied the input's map (see ``put_step``)."""
     commands: list[Command]
     quiet: bool
-    _status: RunStatus
+    """Set by folds that drop commands: the per-step ones are then not even built."""
     live: bool
-    """Whether the run is running (kept in step with ``status``: read on every phase)."""
-    is_running: bool
-    queued: int
-    running: int
-    waiter_index: WaiterIndex
-    streams: PMap[str, StreamState]
-    releases: PMap[str, ReleaseState]
-    stream_seq: int
-    work_item_seq: int
-    invocation_seq: int
-    journal_seq: int
-    elapsed_alive: float
-    last_alive_stamp: float | None
-    idle_check_pending: bool
-    holdings: Holdings
+    """Whether the run is running (kept in step with ``status`` by ``set_status``: read
+    on every phase)."""
 
     def put_step(self, name: str, value: StepRunState) -> None:
         """Set step ``name``'s new state, copying the input's map on the first change.
@@ -137,7 +100,7 @@ class Tx:
         own[name] = value
 
     def spec(self, name: str) -> StepSpec:
-        spec: StepSpec = self.base.config.steps[name]
+        spec: StepSpec = self.config.steps[name]
         return spec
 
     def emit(self, command: Command) -> None:
@@ -158,55 +121,35 @@ class Tx:
         # a format string (two ids per hop; ``test_ids_match_step_id`` keeps them equal).
         return f"wi-{seq}"
 
-    @property
-    def status(self) -> str:
-        return self._status
-
-    @status.setter
-    def status(self, value: str) -> None:
-        self._status = cast(RunStatus, value)
+    def set_status(self, value: str) -> None:
+        self.status = cast(RunStatus, value)
         self.live = value == "running"
 
     def commit(self) -> RunState:
-        """The new run state (built without a class call, see ``new_record``: every
-        field of ``RunState`` is written here)."""
-        state = _new(RunState)
-        state.config = self.base.config
-        state.steps = self.steps
-        state.status = self._status
-        state.is_running = self.is_running
-        state.queued = self.queued
-        state.running = self.running
-        state.waiter_index = self.waiter_index
-        state.streams = self.streams
-        state.releases = self.releases
-        state.stream_seq = self.stream_seq
-        state.work_item_seq = self.work_item_seq
-        state.invocation_seq = self.invocation_seq
-        state.journal_seq = self.journal_seq
-        state.elapsed_alive = self.elapsed_alive
-        state.last_alive_stamp = self.last_alive_stamp
-        state.idle_check_pending = self.idle_check_pending
-        state.holdings = self.holdings
-        return state
+        """The new run state: this object, as a ``RunState``, its references to the input
+        state and to the commands dropped (the new state must keep neither alive)."""
+        self.base = self.commands = _CLEARED
+        self._own_steps = self.touched_streams = None
+        self.__class__ = RunState  # type: ignore[assignment]  # the same layout
+        return self
 
 
 def open_tx(base: RunState, now: float) -> Tx:
     """The accumulator of a reduction of ``base`` by inputs stamped ``now``.
 
-    Built without a class call, once per tick (see ``new_record``): every slot is
-    written here.
+    Built without a class call, once per tick (see ``new_record``): every field of
+    ``RunState`` and every working slot is written here.
     """
     tx = _new(Tx)
     tx.base = base
     tx.now = now
     tx.touched_streams = None
-    tx.steps = base.steps  # the input's map (read-only) until the first put_step copies it
     tx._own_steps = None
     tx.commands = []
-    # Set by folds that drop commands: the per-step ones are then not even built.
     tx.quiet = False
-    status = tx._status = base.status
+    tx.config = base.config
+    tx.steps = base.steps  # the input's map (read-only) until the first put_step copies it
+    status = tx.status = base.status
     tx.live = status == "running"
     tx.is_running = base.is_running
     tx.queued = base.queued
@@ -316,7 +259,7 @@ def start_invocation(
 def dispatch_or_queue(tx: Tx, step: str, item: WorkItem) -> None:
     """Run ``item`` in the smallest free slot, or queue it (publishing PREPARING)."""
     current = tx.steps[step]
-    if current.slots.busy < tx.base.config.steps[step].num_workers:
+    if current.slots.busy < tx.config.steps[step].num_workers:
         start_invocation(tx, step, item, current)
         return
     tx.put_step(
@@ -328,7 +271,7 @@ def dispatch_or_queue(tx: Tx, step: str, item: WorkItem) -> None:
 
 def drain_queue(tx: Tx, step: str) -> None:
     """Fill free slots of ``step`` with the first eligible queued items, in order."""
-    workers = tx.base.config.steps[step].num_workers
+    workers = tx.config.steps[step].num_workers
     now = tx.now
     while True:
         current = tx.steps[step]
@@ -408,7 +351,7 @@ def cancel_all_workers(tx: Tx, keep_records: bool) -> list[str]:
         if not keep_records and current is not FRESH_STEP:
             tx.put_step(step, FRESH_STEP)
     if not keep_records:
-        fresh = fresh_steps(tx.base.config)
+        fresh = fresh_steps(tx.config)
         if tx.steps is not fresh and list(tx.steps) == list(fresh):
             # Every step is fresh now: share the config's mapping (a finished run keeps
             # none of its own).
@@ -426,7 +369,7 @@ def cancel_all_workers(tx: Tx, keep_records: bool) -> list[str]:
 
 def end_run(tx: Tx, status: str) -> list[str]:
     active = cancel_all_workers(tx, keep_records=False)
-    tx.status = status
+    tx.set_status(status)
     tx.is_running = False
     return active
 
