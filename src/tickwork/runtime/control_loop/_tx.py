@@ -81,6 +81,8 @@ class Tx(RunState):
     touched_streams: list[str] | None
     _own_steps: dict[str, StepRunState] | None
     """``steps`` once this reduction copied the input's map (see ``put_step``)."""
+    _draft_step: StepRunState | None
+    """The step state this reduction built last (see ``writable_step``)."""
     commands: list[Command]
     quiet: bool
     """Set by folds that drop commands: the per-step ones are then not even built."""
@@ -129,7 +131,7 @@ class Tx(RunState):
         """The new run state: this object, as a ``RunState``, its references to the input
         state and to the commands dropped (the new state must keep neither alive)."""
         self.base = self.commands = _CLEARED
-        self._own_steps = self.touched_streams = None
+        self._own_steps = self.touched_streams = self._draft_step = None
         self.__class__ = RunState  # type: ignore[assignment]  # the same layout
         return self
 
@@ -145,6 +147,7 @@ def open_tx(base: RunState, now: float) -> Tx:
     tx.now = now
     tx.touched_streams = None
     tx._own_steps = None
+    tx._draft_step = None
     tx.commands = []
     tx.quiet = False
     tx.config = base.config
@@ -199,6 +202,34 @@ def step_state(
     return new
 
 
+def writable_step(tx: Tx, step: str, current: StepRunState) -> StepRunState:
+    """Step ``step``'s new state, whose fields the caller then changes: ``current``
+    itself if this reduction built it (the step changes twice in a tick: an invocation
+    finishes and a queued one starts), else a copy of it, put in ``tx.steps``.
+
+    A state built by this reduction is still under construction: nothing holds it but
+    ``tx.steps`` (no command, no record, not the input), so changing it in place is
+    building it; the last one built is ``tx._draft_step``.
+    """
+    if current is tx._draft_step:
+        return current
+    new = _new(StepRunState)
+    new.queue = current.queue
+    new.in_progress = current.in_progress
+    new.slots = current.slots
+    new.collect_buffers = current.collect_buffers
+    new.join_buffer = current.join_buffer
+    new.join_counts = current.join_counts
+    new.waiters = current.waiters
+    new.waiters_by_item = current.waiters_by_item
+    own = tx._own_steps  # tx.put_step(step, new) without its frame
+    if own is None:
+        own = tx._own_steps = dict(tx.steps)
+        tx.steps = own
+    own[step] = tx._draft_step = new
+    return new
+
+
 def start_invocation(
     tx: Tx,
     step: str,
@@ -235,20 +266,23 @@ def start_invocation(
     invocation.waiters_view = (
         {wid: waiters[wid] for wid in item_waiters} if item_waiters else _NO_WAITERS
     )
-    new = _new(StepRunState)  # step_state() spelled out: every hop dispatches once
+    if current is tx._draft_step:  # writable_step() spelled out: every hop dispatches
+        new = current  # (an invocation of this step finished in this tick)
+    else:
+        new = _new(StepRunState)
+        new.collect_buffers = current.collect_buffers
+        new.join_buffer = current.join_buffer
+        new.join_counts = current.join_counts
+        new.waiters = waiters
+        new.waiters_by_item = current.waiters_by_item
+        own = tx._own_steps  # tx.put_step(step, new) without its frame
+        if own is None:
+            own = tx._own_steps = dict(tx.steps)
+            tx.steps = own
+        own[step] = new
     new.queue = current.queue if queue is None else queue
     new.in_progress = current.in_progress.set(inv_id, invocation)
     new.slots = slots
-    new.collect_buffers = current.collect_buffers
-    new.join_buffer = current.join_buffer
-    new.join_counts = current.join_counts
-    new.waiters = waiters
-    new.waiters_by_item = current.waiters_by_item
-    own = tx._own_steps  # tx.put_step(step, new) without its frame
-    if own is None:
-        own = tx._own_steps = dict(tx.steps)
-        tx.steps = own
-    own[step] = new
     tx.running += 1
     if not tx.quiet:
         command = _new(RunWorker)
@@ -317,15 +351,11 @@ def finish_invocation(
             tx.steps = own
         own[step] = FRESH_STEP
     else:
-        tx.put_step(
-            step,
-            step_state(
-                current.queue,
-                current.in_progress.delete(invocation.invocation_id),
-                current.slots.release(invocation.worker_id),
-                current,
-            ),
-        )
+        in_progress = current.in_progress.delete(invocation.invocation_id)
+        slots = current.slots.release(invocation.worker_id)
+        new = writable_step(tx, step, current)
+        new.in_progress = in_progress
+        new.slots = slots
     tx.running -= 1
     if publish and not tx.quiet:
         command = _new(PublishStepState)

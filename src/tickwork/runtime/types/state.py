@@ -435,7 +435,16 @@ class ReductionSlots:
     fields: equality, ``repr``, snapshots and ``evolve`` see none of them.
     """
 
-    __slots__ = ("_own_steps", "base", "commands", "live", "now", "quiet", "touched_streams")
+    __slots__ = (
+        "_draft_step",
+        "_own_steps",
+        "base",
+        "commands",
+        "live",
+        "now",
+        "quiet",
+        "touched_streams",
+    )
 
 
 @dataclass(slots=True)
