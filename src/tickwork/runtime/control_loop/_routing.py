@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from tickwork.errors import WorkflowRuntimeError
@@ -101,8 +102,12 @@ def deliver_event(
     if tx.holdings.blind.size and blocks(tx.holdings.blind, event):
         hold_back(tx, HeldEvent(event, target, recovery_counts, scope_path, producer))
         return 1
-    woken = NONE_WOKEN if tx.waiter_index.empty else resolve_waiters(tx, event)
-    delivered = bool(woken)
+    woken: AbstractSet[str]
+    if tx.waiter_index.empty:  # the usual run has no waiter
+        woken, delivered = NONE_WOKEN, False
+    else:
+        woken = resolve_waiters(tx, event)
+        delivered = bool(woken)
     opened = 0
     routes = (target,) if target is not None else tx.config.routes[type(event)]
     for step in routes:

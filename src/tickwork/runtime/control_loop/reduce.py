@@ -385,7 +385,7 @@ def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> Non
     else:
         opened = emit_events(tx, value, item.recovery_counts, item.scope_path, item.step)
     if tx.live and item.scope_path:
-        settle_in_stream(tx, item.scope_path, "completed", deliveries=opened)
+        settle_in_stream(tx, item.scope_path, "completed", opened)
 
 
 def _fan_out(tx: Tx, invocation: Invocation, events: list[Any]) -> None:

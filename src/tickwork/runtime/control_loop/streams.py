@@ -140,7 +140,13 @@ def settle_open(
             f"stream {stream_id} of step {stream.source_step!r} has a negative open-work "
             f"count ({count}) after a {kind} work item"
         )
-    return streams.set(stream_id, _counted(stream, count)), count
+    settled = _new(StreamState)  # _counted() without its frame: every member settles
+    settled.stream_id = stream_id
+    settled.source_step = stream.source_step
+    settled.scope_path = stream.scope_path
+    settled.open_work_items = count
+    settled.accepting_binding_ids = stream.accepting_binding_ids
+    return streams.set(stream_id, settled), count
 
 
 def add_open_work(streams: Streams, stream_id: str, count: int) -> Streams:
@@ -152,8 +158,8 @@ def add_open_work(streams: Streams, stream_id: str, count: int) -> Streams:
 
 
 def _counted(stream: StreamState, count: int) -> StreamState:
-    """``stream`` with ``count`` open work items (every member moves the count: built
-    without a class call, see ``new_record``, every field written)."""
+    """``stream`` with ``count`` open work items (built without a class call, see
+    ``new_record``, every field written; ``settle_open`` spells it out)."""
     new = _new(StreamState)
     new.stream_id = stream.stream_id
     new.source_step = stream.source_step
