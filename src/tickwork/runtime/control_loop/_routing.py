@@ -370,7 +370,13 @@ def emit_fanned_out(
                     continue
                 waiting = queued[step] = []
             waiting.append(item)
-            commands.append(_preparing(preparing, step, type(event)))
+            # Its PREPARING: one record per (step, event type) in a batch (commands are
+            # values, and each one queued is the same).
+            key = (step, type(event))
+            command = preparing.get(key)
+            if command is None:
+                command = preparing[key] = PublishStepState(step, "preparing", "<enqueued>", key[1])
+            commands.append(command)
     tx.work_item_seq = seq
     for step, items in queued.items():
         current = tx.steps[step]
@@ -402,19 +408,6 @@ def _work_item(
     item.not_before = None
     item.resume_identity = None
     return item
-
-
-def _preparing(
-    made: dict[tuple[str, type], PublishStepState], step: str, event_type: type
-) -> PublishStepState:
-    """The PREPARING command of a queued delivery of ``event_type`` to ``step``: one
-    record per pair in a batch (commands are values, and each one queued is the same)."""
-    command = made.get((step, event_type))
-    if command is None:
-        command = made[step, event_type] = PublishStepState(
-            step, "preparing", "<enqueued>", event_type
-        )
-    return command
 
 
 def _only_plain_deliveries(tx: Tx, events: list[Any]) -> bool:
