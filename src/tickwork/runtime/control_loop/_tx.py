@@ -41,6 +41,9 @@ from tickwork.runtime.types.state import (
 from tickwork.runtime.types.step_id import WORKER_NAMES
 
 FRESH_STEP = StepRunState()
+_FIRST_SLOT = FRESH_STEP.slots.acquire()
+"""What an idle, empty step's pool gives every time (slot 0, a shared pool): the usual
+step of a chain starts from ``FRESH_STEP`` on every hop."""
 
 
 def fresh_steps(config: Any) -> Mapping[str, StepRunState]:
@@ -245,7 +248,7 @@ def start_invocation(
     """
     if current is None:
         current = tx.steps[step]
-    slot, slots = current.slots.acquire()
+    slot, slots = _FIRST_SLOT if current is FRESH_STEP else current.slots.acquire()
     waiters = current.waiters
     item_waiters = current.waiters_by_item.get(item.work_item_id) if waiters.size else None
     resumed = item.resume_identity
