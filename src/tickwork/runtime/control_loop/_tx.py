@@ -2,9 +2,9 @@
 
 A reduction works on a ``Tx``: the new run state under construction (the input's
 fields, changed in place, and the steps it changed) with the commands it produced;
-``commit`` hands it out as the new state.  The
-functions here are the moves every phase makes: dispatch a work item to a free slot or
-queue it, drain a queue, free a slot, end the run.
+``commit`` hands it out as the new state.  The functions here are the moves every phase
+makes: dispatch a work item to a free slot or queue it, drain a queue, free a slot, end
+the run.
 """
 
 from __future__ import annotations
@@ -74,6 +74,9 @@ class Tx(RunState):
     append commands; ``commit`` hands the same object out as the new ``RunState``.  A
     reduction thus builds one record for the state, not an accumulator and then a
     state: the working slots it needs besides the fields are ``ReductionSlots``.
+
+    Read ``steps`` directly (``tx.steps[name]``) and change it with ``put_step`` (or
+    ``writable_step``); set ``status`` with ``set_status``, which keeps ``live`` in step.
     """
 
     __slots__ = ()  # the layout of a RunState: commit() turns a Tx into one
