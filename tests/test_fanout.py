@@ -1759,3 +1759,49 @@ def test_collect_with_a_bad_cardinality_is_rejected() -> None:
     with pytest.raises(WorkflowValidationError) as info:
         make_step_function(join)
     assert "events" in str(info.value)
+
+
+class ReleaseFlow(Recording):
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=n) for n in range(3)]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        return Done(n=ev.n)
+
+    @step
+    async def join(self, events: list[Done]) -> StopEvent:
+        return StopEvent(result=sorted(e.n for e in events))
+
+
+async def test_release_event_is_what_validation_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reducer builds a join's ``CollectionReleaseEvent`` without validating it (its
+    members are the run's own events): it is the event validation would build, its set
+    fields included, and its dump loads back to an equal one."""
+    from tickwork.runtime.control_loop import runner
+    from tickwork.runtime.types.commands import RunWorker
+
+    released: list[CollectionReleaseEvent] = []
+    reduce = runner.reduce
+
+    def capturing(state: Any, tick: Any) -> Any:
+        new_state, commands = reduce(state, tick)
+        for command in commands:
+            if type(command) is RunWorker:
+                event = command.invocation.item.event
+                if isinstance(event, CollectionReleaseEvent):
+                    released.append(event)
+        return new_state, commands
+
+    monkeypatch.setattr(runner, "reduce", capturing)
+    assert await ReleaseFlow().run() == [0, 1, 2]
+    (release,) = released
+    validated = CollectionReleaseEvent(
+        events=list(release.events), stream_id=release.stream_id, binding_id=release.binding_id
+    )
+    assert release == validated
+    assert release.model_fields_set == validated.model_fields_set
+    assert release.stream_id and release.binding_id
+    assert sorted(ev.n for ev in release.events) == [0, 1, 2]
+    assert CollectionReleaseEvent.model_validate(release.model_dump()) == validated

@@ -11,6 +11,7 @@ Spec references are to ``api.md``: routing and dispatch §19, retries §22.2, wa
 
 from __future__ import annotations
 
+import gc
 from datetime import datetime, timezone
 
 import pytest
@@ -32,9 +33,10 @@ from tickwork.runtime.control_loop.reduce import reduce
 from tickwork.runtime.control_loop.streams import EMPTY_BUFFER, decide_collect
 from tickwork.runtime.event_stream import materialize
 from tickwork.runtime.types.commands import CancelWorker, Halt, PublishStepState, RunWorker
+from tickwork.runtime.types.evolve import evolve as replace
 from tickwork.runtime.types.persistent import PList, PMap
 from tickwork.runtime.types.results import Completed, Failed, Suspended, WaiterRequest
-from tickwork.runtime.types.state import Invocation, StepRunState
+from tickwork.runtime.types.state import Invocation, RunState, StepRunState
 from tickwork.runtime.types.ticks import AddEvent, SessionStart, StepResult
 from tickwork.testing import ReducerKit
 
@@ -1483,3 +1485,26 @@ def test_reduce_leaves_its_input_unchanged_and_shares_what_it_did_not_touch() ->
     assert after.steps["single"] is not before.steps["single"]
     assert after.steps["single"].waiters is before.steps["single"].waiters
     assert after.steps["single"].queue is before.steps["single"].queue
+
+
+# ---------------------------------------------------------------------- the new state
+
+
+def test_the_new_state_is_a_run_state_that_holds_neither_its_input_nor_its_commands() -> None:
+    """A reduction builds its new state in place (``Tx`` is a ``RunState`` under
+    construction): what it hands out is a plain ``RunState``, equal to one built field by
+    field, and keeps no reference to the state it came from or to the commands (a run
+    would otherwise keep every previous state alive, and a parked run its last commands).
+    """
+    kit = ReducerKit(ChainFlow(timeout=None))
+    kit.start()
+    (begin,) = kit.running("begin")
+    before = kit.state
+    commands = kit.complete(begin, A())
+    after = kit.state
+    assert type(after) is RunState
+    assert after == replace(after)  # equal to a copy built by its class, field by field
+    referents = gc.get_referents(after)
+    assert not any(ref is before or ref is commands for ref in referents)
+    assert after.base is None and after.commands is None  # the working slots, cleared
+    assert summary(commands)  # the commands were returned all the same

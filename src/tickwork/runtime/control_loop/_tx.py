@@ -1,9 +1,10 @@
 """The reducer's accumulator and its dispatch primitives.
 
-A reduction works on a ``Tx``: the run's scalar fields as attributes, the steps it
-changed, and the commands it produced; ``commit`` builds the new state once.  The
-functions here are the moves every phase makes: dispatch a work item to a free slot or
-queue it, drain a queue, free a slot, end the run.
+A reduction works on a ``Tx``: the new run state under construction (the input's
+fields, changed in place, and the steps it changed) with the commands it produced;
+``commit`` hands it out as the new state.  The functions here are the moves every phase
+makes: dispatch a work item to a free slot or queue it, drain a queue, free a slot, end
+the run.
 """
 
 from __future__ import annotations
@@ -29,21 +30,20 @@ from tickwork.runtime.types.state import (
     NO_HOLDINGS,
     NO_SENDS,
     NO_WAITER_INDEX,
-    Holdings,
     Invocation,
-    ReleaseState,
     RunState,
     RunStatus,
     StepRunState,
     StepSpec,
-    StreamState,
     Waiter,
     WorkItem,
 )
 from tickwork.runtime.types.step_id import WORKER_NAMES
-from tickwork.runtime.types.waiter_index import WaiterIndex
 
 FRESH_STEP = StepRunState()
+_FIRST_SLOT = FRESH_STEP.slots.acquire()
+"""What an idle, empty step's pool gives every time (slot 0, a shared pool): the usual
+step of a chain starts from ``FRESH_STEP`` on every hop."""
 
 
 def fresh_steps(config: Any) -> Mapping[str, StepRunState]:
@@ -62,68 +62,39 @@ _NO_WAITERS: Mapping[str, Waiter] = {}
 _log = logging.getLogger("tickwork.runtime")
 
 
-_SCALARS = (
-    "is_running",
-    "queued",
-    "running",
-    "waiter_index",
-    "streams",
-    "releases",
-    "stream_seq",
-    "work_item_seq",
-    "invocation_seq",
-    "journal_seq",
-    "elapsed_alive",
-    "last_alive_stamp",
-    "idle_check_pending",
-    "holdings",
-)
+_CLEARED: Any = None
+"""What ``commit`` leaves in the working slots that held references."""
 
 
-class Tx:
-    """The accumulator of one reduction: the run's fields as attributes, the changed
-    steps, and the commands produced so far.  ``open_tx`` makes one; ``commit`` builds
-    the new state once."""
+class Tx(RunState):
+    """The accumulator of one reduction: the new run state under construction.
 
-    __slots__ = (
-        "_own_steps",
-        "_status",
-        "base",
-        "commands",
-        "live",
-        "now",
-        "quiet",
-        "steps",
-        "touched_streams",
-        *_SCALARS,
-    )
+    ``open_tx`` makes one as a copy of the input state's fields; the phases change its
+    fields (the run's counters, ``streams``, ...) and its steps (``put_step``), and
+    append commands; ``commit`` hands the same object out as the new ``RunState``.  A
+    reduction thus builds one record for the state, not an accumulator and then a
+    state: the working slots it needs besides the fields are ``ReductionSlots``.
+
+    Read ``steps`` directly (``tx.steps[name]``) and change it with ``put_step`` (or
+    ``writable_step``); set ``status`` with ``set_status``, which keeps ``live`` in step.
+    """
+
+    __slots__ = ()  # the layout of a RunState: commit() turns a Tx into one
 
     base: RunState
+    """The input state (read-only)."""
     now: float
     touched_streams: list[str] | None
-    steps: Mapping[str, StepRunState]
-    """The step states by name: read it directly (``tx.steps[name]``), change it with
-    ``put_step``."""
     _own_steps: dict[str, StepRunState] | None
+    """``steps`` once this reduction copied the input's map (see ``put_step``)."""
+    _draft_step: StepRunState | None
+    """The step state this reduction built last (see ``writable_step``)."""
     commands: list[Command]
     quiet: bool
-    _status: RunStatus
+    """Set by folds that drop commands: the per-step ones are then not even built."""
     live: bool
-    """Whether the run is running (kept in step with ``status``: read on every phase)."""
-    is_running: bool
-    queued: int
-    running: int
-    waiter_index: WaiterIndex
-    streams: PMap[str, StreamState]
-    releases: PMap[str, ReleaseState]
-    stream_seq: int
-    work_item_seq: int
-    invocation_seq: int
-    journal_seq: int
-    elapsed_alive: float
-    last_alive_stamp: float | None
-    idle_check_pending: bool
-    holdings: Holdings
+    """Whether the run is running (kept in step with ``status`` by ``set_status``: read
+    on every phase)."""
 
     def put_step(self, name: str, value: StepRunState) -> None:
         """Set step ``name``'s new state, copying the input's map on the first change.
@@ -137,7 +108,7 @@ class Tx:
         own[name] = value
 
     def spec(self, name: str) -> StepSpec:
-        spec: StepSpec = self.base.config.steps[name]
+        spec: StepSpec = self.config.steps[name]
         return spec
 
     def emit(self, command: Command) -> None:
@@ -158,55 +129,36 @@ class Tx:
         # a format string (two ids per hop; ``test_ids_match_step_id`` keeps them equal).
         return f"wi-{seq}"
 
-    @property
-    def status(self) -> str:
-        return self._status
-
-    @status.setter
-    def status(self, value: str) -> None:
-        self._status = cast(RunStatus, value)
+    def set_status(self, value: str) -> None:
+        self.status = cast(RunStatus, value)
         self.live = value == "running"
 
     def commit(self) -> RunState:
-        """The new run state (built without a class call, see ``new_record``: every
-        field of ``RunState`` is written here)."""
-        state = _new(RunState)
-        state.config = self.base.config
-        state.steps = self.steps
-        state.status = self._status
-        state.is_running = self.is_running
-        state.queued = self.queued
-        state.running = self.running
-        state.waiter_index = self.waiter_index
-        state.streams = self.streams
-        state.releases = self.releases
-        state.stream_seq = self.stream_seq
-        state.work_item_seq = self.work_item_seq
-        state.invocation_seq = self.invocation_seq
-        state.journal_seq = self.journal_seq
-        state.elapsed_alive = self.elapsed_alive
-        state.last_alive_stamp = self.last_alive_stamp
-        state.idle_check_pending = self.idle_check_pending
-        state.holdings = self.holdings
-        return state
+        """The new run state: this object, as a ``RunState``, its references to the input
+        state and to the commands dropped (the new state must keep neither alive)."""
+        self.base = self.commands = _CLEARED
+        self._own_steps = self.touched_streams = self._draft_step = None
+        self.__class__ = RunState  # type: ignore[assignment]  # the same layout
+        return self
 
 
 def open_tx(base: RunState, now: float) -> Tx:
     """The accumulator of a reduction of ``base`` by inputs stamped ``now``.
 
-    Built without a class call, once per tick (see ``new_record``): every slot is
-    written here.
+    Built without a class call, once per tick (see ``new_record``): every field of
+    ``RunState`` and every working slot is written here.
     """
     tx = _new(Tx)
     tx.base = base
     tx.now = now
     tx.touched_streams = None
-    tx.steps = base.steps  # the input's map (read-only) until the first put_step copies it
     tx._own_steps = None
+    tx._draft_step = None
     tx.commands = []
-    # Set by folds that drop commands: the per-step ones are then not even built.
     tx.quiet = False
-    status = tx._status = base.status
+    tx.config = base.config
+    tx.steps = base.steps  # the input's map (read-only) until the first put_step copies it
+    status = tx.status = base.status
     tx.live = status == "running"
     tx.is_running = base.is_running
     tx.queued = base.queued
@@ -256,6 +208,34 @@ def step_state(
     return new
 
 
+def writable_step(tx: Tx, step: str, current: StepRunState) -> StepRunState:
+    """Step ``step``'s new state, whose fields the caller then changes: ``current``
+    itself if this reduction built it (the step changes twice in a tick: an invocation
+    finishes and a queued one starts), else a copy of it, put in ``tx.steps``.
+
+    A state built by this reduction is still under construction: nothing holds it but
+    ``tx.steps`` (no command, no record, not the input), so changing it in place is
+    building it; the last one built is ``tx._draft_step``.
+    """
+    if current is tx._draft_step:
+        return current
+    new = _new(StepRunState)
+    new.queue = current.queue
+    new.in_progress = current.in_progress
+    new.slots = current.slots
+    new.collect_buffers = current.collect_buffers
+    new.join_buffer = current.join_buffer
+    new.join_counts = current.join_counts
+    new.waiters = current.waiters
+    new.waiters_by_item = current.waiters_by_item
+    own = tx._own_steps  # tx.put_step(step, new) without its frame
+    if own is None:
+        own = tx._own_steps = dict(tx.steps)
+        tx.steps = own
+    own[step] = tx._draft_step = new
+    return new
+
+
 def start_invocation(
     tx: Tx,
     step: str,
@@ -271,7 +251,7 @@ def start_invocation(
     """
     if current is None:
         current = tx.steps[step]
-    slot, slots = current.slots.acquire()
+    slot, slots = _FIRST_SLOT if current is FRESH_STEP else current.slots.acquire()
     waiters = current.waiters
     item_waiters = current.waiters_by_item.get(item.work_item_id) if waiters.size else None
     resumed = item.resume_identity
@@ -292,20 +272,23 @@ def start_invocation(
     invocation.waiters_view = (
         {wid: waiters[wid] for wid in item_waiters} if item_waiters else _NO_WAITERS
     )
-    new = _new(StepRunState)  # step_state() spelled out: every hop dispatches once
+    if current is tx._draft_step:  # writable_step() spelled out: every hop dispatches
+        new = current  # (an invocation of this step finished in this tick)
+    else:
+        new = _new(StepRunState)
+        new.collect_buffers = current.collect_buffers
+        new.join_buffer = current.join_buffer
+        new.join_counts = current.join_counts
+        new.waiters = waiters
+        new.waiters_by_item = current.waiters_by_item
+        own = tx._own_steps  # tx.put_step(step, new) without its frame
+        if own is None:
+            own = tx._own_steps = dict(tx.steps)
+            tx.steps = own
+        own[step] = new
     new.queue = current.queue if queue is None else queue
     new.in_progress = current.in_progress.set(inv_id, invocation)
     new.slots = slots
-    new.collect_buffers = current.collect_buffers
-    new.join_buffer = current.join_buffer
-    new.join_counts = current.join_counts
-    new.waiters = waiters
-    new.waiters_by_item = current.waiters_by_item
-    own = tx._own_steps  # tx.put_step(step, new) without its frame
-    if own is None:
-        own = tx._own_steps = dict(tx.steps)
-        tx.steps = own
-    own[step] = new
     tx.running += 1
     if not tx.quiet:
         command = _new(RunWorker)
@@ -316,7 +299,7 @@ def start_invocation(
 def dispatch_or_queue(tx: Tx, step: str, item: WorkItem) -> None:
     """Run ``item`` in the smallest free slot, or queue it (publishing PREPARING)."""
     current = tx.steps[step]
-    if current.slots.busy < tx.base.config.steps[step].num_workers:
+    if current.slots.busy < tx.config.steps[step].num_workers:
         start_invocation(tx, step, item, current)
         return
     tx.put_step(
@@ -328,7 +311,7 @@ def dispatch_or_queue(tx: Tx, step: str, item: WorkItem) -> None:
 
 def drain_queue(tx: Tx, step: str) -> None:
     """Fill free slots of ``step`` with the first eligible queued items, in order."""
-    workers = tx.base.config.steps[step].num_workers
+    workers = tx.config.steps[step].num_workers
     now = tx.now
     while True:
         current = tx.steps[step]
@@ -374,15 +357,11 @@ def finish_invocation(
             tx.steps = own
         own[step] = FRESH_STEP
     else:
-        tx.put_step(
-            step,
-            step_state(
-                current.queue,
-                current.in_progress.delete(invocation.invocation_id),
-                current.slots.release(invocation.worker_id),
-                current,
-            ),
-        )
+        in_progress = current.in_progress.delete(invocation.invocation_id)
+        slots = current.slots.release(invocation.worker_id)
+        new = writable_step(tx, step, current)
+        new.in_progress = in_progress
+        new.slots = slots
     tx.running -= 1
     if publish and not tx.quiet:
         command = _new(PublishStepState)
@@ -408,7 +387,7 @@ def cancel_all_workers(tx: Tx, keep_records: bool) -> list[str]:
         if not keep_records and current is not FRESH_STEP:
             tx.put_step(step, FRESH_STEP)
     if not keep_records:
-        fresh = fresh_steps(tx.base.config)
+        fresh = fresh_steps(tx.config)
         if tx.steps is not fresh and list(tx.steps) == list(fresh):
             # Every step is fresh now: share the config's mapping (a finished run keeps
             # none of its own).
@@ -426,7 +405,7 @@ def cancel_all_workers(tx: Tx, keep_records: bool) -> list[str]:
 
 def end_run(tx: Tx, status: str) -> list[str]:
     active = cancel_all_workers(tx, keep_records=False)
-    tx.status = status
+    tx.set_status(status)
     tx.is_running = False
     return active
 

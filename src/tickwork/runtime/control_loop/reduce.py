@@ -1,10 +1,11 @@
 """The pure reducer: ``reduce(state, tick) -> (state, commands)``.
 
 One dispatcher maps each tick type to a processor; each processor reads top to bottom
-as named phases.  Every processor works on a ``Tx``, a small accumulator that
-holds the changed parts of the state and the commands produced so far, and builds the
-new ``RunState`` once at the end.  The input state is never mutated, and the new
-state shares every part that did not change: a tick costs O(what it touches).
+as named phases.  Every processor works on a ``Tx``, the accumulator: the new
+``RunState`` under construction (a copy of the input's fields that the phases change)
+with the commands produced so far; ``commit`` hands it out as the new state.  The input
+state is never mutated, and the new state shares every part that did not change: a tick
+costs O(what it touches).
 
 Time never comes from a clock: every decision uses ``tick.stamped_at``.
 """
@@ -121,8 +122,9 @@ def reduce(state: RunState, tick: Tick) -> tuple[RunState, list[Command]]:
     if type(tick) is PublishTick and not _may_schedule_idle_check(state):
         return _reduce_stream_write(state, tick)
     tx = open_tx(state, tick.stamped_at)
+    commands = tx.commands
     _apply(tx, tick)
-    return tx.commit(), tx.commands
+    return tx.commit(), commands
 
 
 def reduce_all(state: RunState, ticks: Iterable[Tick]) -> RunState:
@@ -236,7 +238,7 @@ def _schedule_idle_check_if_quiescent(tx: Tx, tick: Tick) -> None:
 
 def _process_session_start(tx: Tx, tick: SessionStart) -> None:
     """Start or resume a session: rewind in-flight work, arm the run timer."""
-    tx.status = "running"
+    tx.set_status("running")
     tx.is_running = True
     tx.last_alive_stamp = tx.now
     tx.idle_check_pending = False
@@ -246,7 +248,7 @@ def _process_session_start(tx: Tx, tick: SessionStart) -> None:
         _arm_delayed_retries(tx)
         arm_waiter_timeouts(tx)
     rerun_waiters_with_requirements(tx)
-    timeout = tx.base.config.timeout
+    timeout = tx.config.timeout
     if timeout is not None:
         remaining = max(0.0, timeout - tx.elapsed_alive)
         tx.emit(ScheduleTimeout(tx.now + remaining))
@@ -383,7 +385,7 @@ def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> Non
     else:
         opened = emit_events(tx, value, item.recovery_counts, item.scope_path, item.step)
     if tx.live and item.scope_path:
-        settle_in_stream(tx, item.scope_path, "completed", deliveries=opened)
+        settle_in_stream(tx, item.scope_path, "completed", opened)
 
 
 def _fan_out(tx: Tx, invocation: Invocation, events: list[Any]) -> None:
@@ -392,7 +394,7 @@ def _fan_out(tx: Tx, invocation: Invocation, events: list[Any]) -> None:
     seq = tx.stream_seq
     tx.stream_seq = seq + 1
     new_stream = stream_id(item.scope_path, invocation.step, seq)
-    bindings = tx.base.config.bindings_by_producer.get(invocation.step, ())
+    bindings = tx.config.bindings_by_producer.get(invocation.step, ())
     streams, releases = open_stream(
         tx.streams,
         tx.releases,
@@ -432,7 +434,7 @@ def _hand_to_catch_error(
     tx: Tx, invocation: Invocation, outcome: Failed, attempts: int, elapsed: float
 ) -> bool:
     """Deliver a ``StepFailedEvent`` to the owning handler if its budget allows."""
-    owner = tx.base.config.catch_error_owner.get(invocation.step)
+    owner = tx.config.catch_error_owner.get(invocation.step)
     if owner is None:
         return False
     item = invocation.item
@@ -479,7 +481,7 @@ def _queue_retry(tx: Tx, invocation: Invocation, outcome: Failed) -> None:
 
 def _process_timeout(tx: Tx, tick: Timeout) -> None:
     """The run timer fired: re-arm if budget is left (after a resume), else time out."""
-    timeout = tx.base.config.timeout
+    timeout = tx.config.timeout
     if not tx.live or timeout is None:
         return
     remaining = timeout - tx.elapsed_alive
@@ -515,7 +517,7 @@ def _process_cancel(tx: Tx, tick: CancelRun) -> None:
     if not tx.live:
         return
     cancel_all_workers(tx, keep_records=True)
-    tx.status = "cancelled"
+    tx.set_status("cancelled")
     tx.emit(
         Halt(
             "cancel",

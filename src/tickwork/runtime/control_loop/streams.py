@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tickwork.runtime.types.evolve import new_record as _new
 from tickwork.runtime.types.persistent import PList, PMap
 from tickwork.runtime.types.results import CollectOp
 from tickwork.runtime.types.state import BindingSpec, CollectBuffer, ReleaseState, StreamState
@@ -139,17 +140,13 @@ def settle_open(
             f"stream {stream_id} of step {stream.source_step!r} has a negative open-work "
             f"count ({count}) after a {kind} work item"
         )
-    streams = streams.set(
-        stream_id,
-        StreamState(
-            stream.stream_id,
-            stream.source_step,
-            stream.scope_path,
-            count,
-            stream.accepting_binding_ids,
-        ),
-    )
-    return streams, count
+    settled = _new(StreamState)  # _counted() without its frame: every member settles
+    settled.stream_id = stream_id
+    settled.source_step = stream.source_step
+    settled.scope_path = stream.scope_path
+    settled.open_work_items = count
+    settled.accepting_binding_ids = stream.accepting_binding_ids
+    return streams.set(stream_id, settled), count
 
 
 def add_open_work(streams: Streams, stream_id: str, count: int) -> Streams:
@@ -157,16 +154,19 @@ def add_open_work(streams: Streams, stream_id: str, count: int) -> Streams:
     stream = streams.get(stream_id)
     if stream is None:
         raise AccountingError(f"stream {stream_id} is not open")
-    return streams.set(
-        stream_id,
-        StreamState(
-            stream.stream_id,
-            stream.source_step,
-            stream.scope_path,
-            stream.open_work_items + count,
-            stream.accepting_binding_ids,
-        ),
-    )
+    return streams.set(stream_id, _counted(stream, stream.open_work_items + count))
+
+
+def _counted(stream: StreamState, count: int) -> StreamState:
+    """``stream`` with ``count`` open work items (built without a class call, see
+    ``new_record``, every field written; ``settle_open`` spells it out)."""
+    new = _new(StreamState)
+    new.stream_id = stream.stream_id
+    new.source_step = stream.source_step
+    new.scope_path = stream.scope_path
+    new.open_work_items = count
+    new.accepting_binding_ids = stream.accepting_binding_ids
+    return new
 
 
 def nearest_binding(
@@ -227,7 +227,12 @@ def buffer_member(
     if state is None or state.released:
         return streams, releases, None
     buffer = state.buffer.append(event)
-    releases = releases.set(key, ReleaseState(state.binding_id, stream_id, buffer, False))
+    buffered = _new(ReleaseState)  # ReleaseState(...) without a class call: once per member
+    buffered.binding_id = state.binding_id
+    buffered.stream_id = stream_id
+    buffered.buffer = buffer
+    buffered.released = False
+    releases = releases.set(key, buffered)
     if binding.take is not None and len(buffer) >= binding.take:
         return _fire(streams, releases, streams[stream_id], binding)
     return streams, releases, None

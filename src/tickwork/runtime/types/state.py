@@ -423,8 +423,32 @@ class Holdings:
 NO_HOLDINGS = Holdings()
 
 
+class ReductionSlots:
+    """The working slots of a reduction, part of every ``RunState``'s layout.
+
+    A reduction builds its new state in place: the reducer's accumulator (``Tx`` in
+    ``control_loop/_tx.py``) is a ``RunState`` under construction, starting as a copy of
+    the input's fields, and ``commit`` hands that same object out as the new state.  The
+    accumulator's own slots (the input state, the tick's time, the commands so far...)
+    live here so that its layout is a ``RunState``'s; outside a reduction they hold
+    ``None`` or scalars (or are unset, in a state built by a class call).  They are no
+    fields: equality, ``repr``, snapshots and ``evolve`` see none of them.
+    """
+
+    __slots__ = (
+        "_draft_step",
+        "_own_steps",
+        "base",
+        "commands",
+        "live",
+        "now",
+        "quiet",
+        "touched_streams",
+    )
+
+
 @dataclass(slots=True)
-class RunState:
+class RunState(ReductionSlots):
     """Everything the reducer knows about one run.
 
     ``queued``/``running`` count work across all steps so that quiescence is O(1);
