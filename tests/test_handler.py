@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from pydantic import BaseModel, ValidationError
 
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
 from tickwork.errors import (
@@ -701,3 +702,18 @@ async def test_a_run_started_with_a_context_keeps_it_and_its_store() -> None:
     assert handler.ctx is ctx
     assert await handler == "counted"
     assert await ctx.store.get("before") is True and await ctx.store.get("seen") == 5
+
+
+class Needs(BaseModel):
+    required: int
+
+
+class TypedState(Workflow):
+    @step
+    async def only(self, ctx: Context[Needs], ev: StartEvent) -> StopEvent:
+        return StopEvent(result="typed")
+
+
+async def test_a_typed_state_that_cannot_be_built_still_fails_the_start() -> None:
+    with pytest.raises(ValidationError):
+        TypedState().run()

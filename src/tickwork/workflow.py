@@ -499,10 +499,9 @@ class Workflow(metaclass=WorkflowMeta):
         if ctx is not None and ctx._session is not None and ctx._session.live:
             raise ContextStateError("the context is already running a workflow")
         # A run started without a Context gets none until its handler's is asked for
-        # (``WorkflowHandler.ctx``), nor a state store until one is used
-        # (``RunSession.store``): a live run holds neither otherwise.  ``fresh`` stands
-        # for the Context it would have been given, to compute its first state.
-        fresh = ctx is None
+        # (``WorkflowHandler.ctx``), nor an untyped state store until one is used
+        # (``RunSession.store``): a live run holds neither otherwise.  ``context`` then
+        # stands for the Context it would have been given, to compute its first state.
         context = Context(self) if ctx is None else ctx
         resumable = context._resumable_state(config)
         if resumable is not None:
@@ -519,7 +518,7 @@ class Workflow(metaclass=WorkflowMeta):
             invokers=self._invokers,
             init_state=init,
             run_id=run_id,
-            store=None if fresh else context.store,
+            store=context._store_for_run() if ctx is None else context.store,
             make_store=_FRESH_STORE,
             make_step_context=_STEP_CONTEXT,
             start_event=start,

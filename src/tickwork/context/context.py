@@ -335,6 +335,15 @@ class Context(Generic[MODEL_T]):
         ctx._bind_run(session)
         return ctx
 
+    def _store_for_run(self) -> InMemoryStateStore[Any] | None:
+        """The store a run started from this context gets: its staging store, or ``None``
+        (made on first use, see ``_fresh_store``) when it would be an empty
+        ``DictState`` store, whose making can neither fail nor differ later.  A typed
+        state is built now: a state model that cannot be built fails the run's start."""
+        if self._staging_store is None and self._state_type is DictState:
+            return None
+        return self.store
+
     @staticmethod
     def _fresh_store(workflow: Any) -> InMemoryStateStore[Any]:
         """The state store of a run started without a Context (built on first use, see
