@@ -11,9 +11,11 @@ import sys
 import textwrap
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import pytest
+from pydantic import BaseModel, ValidationError
 
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
 from tickwork.errors import (
@@ -26,6 +28,7 @@ from tickwork.events import (
     StepStateChanged,
     WorkflowCancelledEvent,
     WorkflowFailedEvent,
+    WorkflowIdleEvent,
     WorkflowTimedOutEvent,
 )
 from tickwork.handler import WorkflowHandler
@@ -644,3 +647,73 @@ def test_deprecated_members_warn_once_per_process(anyio_backend: str) -> None:
     assert proc.returncode == 0, proc.stderr
     expected = str({"done": 1, "exception": 1, "cancelled": 1, "cancel": 1})
     assert proc.stdout.strip() == expected, (proc.stdout, proc.stderr)
+
+
+# ------------------------------------------------------------- the Context made on demand
+
+
+class Counts(Workflow):
+    @step
+    async def count(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await ctx.store.set("seen", ev.get("n"))
+        return StopEvent(result="counted")
+
+
+class Quiet(Workflow):
+    @step
+    async def only(self, ev: StartEvent) -> StopEvent:
+        return StopEvent(result="quiet")
+
+
+async def test_a_run_started_without_a_context_gets_its_handler_face_when_asked() -> None:
+    handler = Counts().run(n=3)
+    assert handler._ctx is None  # none until asked for: a live run holds no Context
+    assert await handler == "counted"
+    ctx = handler.ctx
+    assert ctx is handler.ctx  # built once
+    assert ctx._session is handler._session and ctx._step is None  # the handler face
+    assert await ctx.store.get("seen") == 3  # the store the step wrote
+    assert ctx.to_dict()["is_running"] is False
+
+
+async def test_a_context_asked_for_while_the_run_is_live_sends_to_it() -> None:
+    handler = PingFlow(timeout=5).run()
+    with anyio.fail_after(5):
+        async for event in handler.stream_events(expose_internal=True):
+            if isinstance(event, WorkflowIdleEvent):
+                break
+        assert handler._ctx is None
+        handler.ctx.send_event(Ping(msg="hello"))
+        assert await handler == "got hello"
+
+
+async def test_a_run_whose_steps_never_use_the_store_makes_none() -> None:
+    handler = Quiet().run()
+    assert await handler == "quiet"
+    assert handler._session._store is None
+    assert await handler.ctx.store.get("anything", default=None) is None  # made on demand
+    assert handler._session._store is not None
+
+
+async def test_a_run_started_with_a_context_keeps_it_and_its_store() -> None:
+    ctx: Context[Any] = Context(Counts())
+    await ctx.store.set("before", True)
+    handler = ctx._workflow.run(ctx=ctx, n=5)
+    assert handler.ctx is ctx
+    assert await handler == "counted"
+    assert await ctx.store.get("before") is True and await ctx.store.get("seen") == 5
+
+
+class Needs(BaseModel):
+    required: int
+
+
+class TypedState(Workflow):
+    @step
+    async def only(self, ctx: Context[Needs], ev: StartEvent) -> StopEvent:
+        return StopEvent(result="typed")
+
+
+async def test_a_typed_state_that_cannot_be_built_still_fails_the_start() -> None:
+    with pytest.raises(ValidationError):
+        TypedState().run()

@@ -35,14 +35,21 @@ def _deprecated(name: str, instead: str) -> None:
 class WorkflowHandler:
     """The handle of one run.  Users get it from ``Workflow.run()``."""
 
-    def __init__(self, ctx: Context[Any], session: RunSession) -> None:
+    def __init__(self, ctx: Context[Any] | None, session: RunSession) -> None:
+        # ``None`` for a run started without a Context: its handler face is built when
+        # first asked for (``ctx``), so that a live run nobody asks holds none.
         self._ctx = ctx
         self._session = session
 
     @property
     def ctx(self) -> Context[Any]:
         """The run's Context (handler face); the one passed to ``run(ctx=...)`` if any."""
-        return self._ctx
+        ctx = self._ctx
+        if ctx is None:
+            from tickwork.context.context import Context
+
+            ctx = self._ctx = Context._for_handler(self._session)
+        return ctx
 
     @property
     def run_id(self) -> str:
@@ -143,7 +150,7 @@ class WorkflowHandler:
             check_send_target(session.config.steps, event, step)
             await session.send_durably(event, step)
             return
-        self._ctx.send_event(event, step)
+        self.ctx.send_event(event, step)
 
     async def cancel_run(self, *, timeout: float = 5.0) -> None:
         """Cancel gracefully and wait up to ``timeout`` seconds for the run to end."""

@@ -53,6 +53,7 @@ _ID_PAIRS = [_ID_ALPHABET[d % 62] + _ID_ALPHABET[d // 62] for d in range(62 * 62
 # Bound once: ``Context._for_step`` makes a new bound method at every access, which a
 # session would keep for its whole life.
 _STEP_CONTEXT = Context._for_step
+_FRESH_STORE = Context._fresh_store
 
 
 class WorkflowMeta(type):
@@ -497,14 +498,18 @@ class Workflow(metaclass=WorkflowMeta):
             )
         if ctx is not None and ctx._session is not None and ctx._session.live:
             raise ContextStateError("the context is already running a workflow")
-        ctx = ctx if ctx is not None else Context(self)
-        resumable = ctx._resumable_state(config)
+        # A run started without a Context gets none until its handler's is asked for
+        # (``WorkflowHandler.ctx``), nor an untyped state store until one is used
+        # (``RunSession.store``): a live run holds neither otherwise.  ``context`` then
+        # stands for the Context it would have been given, to compute its first state.
+        context = Context(self) if ctx is None else ctx
+        resumable = context._resumable_state(config)
         if resumable is not None:
             start: StartEvent | None = None
             init = resumable
         else:
             start = self._build_start_event(config, start_event, kwargs)
-            init = ctx._next_run_state(config)
+            init = context._next_run_state(config)
         detect_backend()
         _log_ignored_arguments(resumable is not None, start_event, kwargs)
         session = RunSession(
@@ -513,18 +518,20 @@ class Workflow(metaclass=WorkflowMeta):
             invokers=self._invokers,
             init_state=init,
             run_id=run_id,
-            store=ctx.store,
+            store=context._store_for_run() if ctx is None else context.store,
+            make_store=_FRESH_STORE,
             make_step_context=_STEP_CONTEXT,
             start_event=start,
             run_slots=self._concurrency_slots(),
             keep_journal=self._journal is not False and self._journal is not None,
             journal_store=None if isinstance(self._journal, bool) else self._journal,
-            serializer=ctx._serializer,
+            serializer=context._serializer,
         )
         session.register(
             None if resumable is not None else {"timeout": config.timeout}, lease, lease_seconds
         )
-        ctx._bind_run(session)
+        if ctx is not None:
+            ctx._bind_run(session)
         LIVE_RUNS[run_id] = session
         session.start()
         return WorkflowHandler(ctx, session)

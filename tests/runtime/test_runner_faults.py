@@ -43,7 +43,7 @@ async def test_a_bug_in_the_worker_machinery_fails_the_run(
     def broken_scope(*args: Any) -> Any:
         raise Boom("the step scope could not be built")
 
-    monkeypatch.setattr(step_worker, "StepScope", broken_scope)
+    monkeypatch.setattr(step_worker, "open_scope", broken_scope)
     with anyio.fail_after(5):
         with pytest.raises(Boom, match="step scope could not be built"):
             await TwoSteps(timeout=None).run()

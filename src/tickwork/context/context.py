@@ -135,6 +135,13 @@ def _compose_serializer(
     return composed
 
 
+def _empty_store(state_type: type[BaseModel]) -> InMemoryStateStore[Any]:
+    """An empty state store of ``state_type``."""
+    if state_type is DictState:
+        return InMemoryStateStore._empty_dict_state()
+    return InMemoryStateStore(state_type())
+
+
 class Context(Generic[MODEL_T]):
     """The run's context: state store, event sending, streaming and step helpers."""
 
@@ -316,12 +323,34 @@ class Context(Generic[MODEL_T]):
             store: InMemoryStateStore[MODEL_T] = self._session.store
             return store
         if self._staging_store is None:
-            self._staging_store = (
-                InMemoryStateStore._empty_dict_state()
-                if self._state_type is DictState
-                else InMemoryStateStore(self._state_type())
-            )
+            self._staging_store = _empty_store(self._state_type)
         return self._staging_store
+
+    @classmethod
+    def _for_handler(cls, session: RunSession) -> Context[Any]:
+        """The handler face of ``session``, a run started without a Context: the
+        ``Context(workflow)`` it would have been given, bound to it (built when the
+        handler's is first asked for: a live run then holds no Context of its own)."""
+        ctx: Context[Any] = cls(session.workflow)
+        ctx._bind_run(session)
+        return ctx
+
+    def _store_for_run(self) -> InMemoryStateStore[Any] | None:
+        """The store a run started from this context gets: its staging store, or ``None``
+        (made on first use, see ``_fresh_store``) when it would be an empty
+        ``DictState`` store, whose making can neither fail nor differ later.  A typed
+        state is built now: a state model that cannot be built fails the run's start."""
+        if self._staging_store is None and self._state_type is DictState:
+            return None
+        return self.store
+
+    @staticmethod
+    def _fresh_store(workflow: Any) -> InMemoryStateStore[Any]:
+        """The state store of a run started without a Context (built on first use, see
+        ``RunSession.store``): the empty store ``Context(workflow).store`` would be."""
+        if not _runtime_bound:
+            _bind_runtime()
+        return _empty_store(infer_state_type(workflow))
 
     @property
     def is_running(self) -> bool:

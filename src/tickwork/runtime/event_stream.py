@@ -31,7 +31,14 @@ from tickwork.runtime.types.commands import PublishStepState, RunWorker
 from tickwork.runtime.types.kinds import IS_INTERNAL, IS_STOP
 from tickwork.runtime.types.step_id import WORKER_NAMES
 
-__all__ = ["AS_IS", "EventStream", "materialize", "step_state_record"]
+__all__ = [
+    "AS_IS",
+    "EventStream",
+    "finished_record",
+    "materialize",
+    "running_record",
+    "step_state_record",
+]
 
 _STATES = {
     "running": StepState.RUNNING,
@@ -52,14 +59,18 @@ StepStateRecord = tuple[Any, str, str, str, str, "str | None"]
 # publishing allocates nothing the garbage collector has to look at.  Bounded caches:
 # keys hold event classes, which must stay collectable when a program makes many.
 @lru_cache(maxsize=4096)
-def _running(step: str, worker_id: int, event_type: type) -> StepStateRecord:
+def running_record(step: str, worker_id: int, event_type: type) -> StepStateRecord:
+    """The record of ``step`` starting in slot ``worker_id`` on an event of ``event_type``
+    (a ``RunWorker``'s, called by the loop without ``push``'s frames)."""
     return (_RECORD, "running", step, WORKER_NAMES[worker_id], event_type.__name__, None)
 
 
 @lru_cache(maxsize=4096)
-def _finished(
+def finished_record(
     step: str, worker_id: str, input_type: type, output_type: type | None, has_output: bool
 ) -> StepStateRecord:
+    """The record of a ``PublishStepState`` of state ``not_running`` with these fields
+    (called by the loop without ``push``'s frames)."""
     # NOT_RUNNING names its input and output types as ``str(cls)``.
     output = str(output_type) if has_output else None
     return (_RECORD, "not_running", step, worker_id, str(input_type), output)
@@ -74,12 +85,12 @@ def _running_record(command: RunWorker) -> StepStateRecord:
     invocation = command.invocation
     event_type = type(invocation.item.event)
     # A class is hashable; the lru_cache stub asks for Hashable, which type[Any] is not.
-    return _running(invocation.step, invocation.worker_id, event_type)  # type: ignore[arg-type]
+    return running_record(invocation.step, invocation.worker_id, event_type)  # type: ignore[arg-type]
 
 
 def _state_record(command: PublishStepState) -> StepStateRecord:
     if command.state == "not_running":
-        return _finished(
+        return finished_record(
             command.step,
             command.worker_id,
             command.input_type,

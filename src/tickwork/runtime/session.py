@@ -30,7 +30,6 @@ import anyio
 if sys.version_info < (3, 11):  # pragma: no cover - anyio installs the backport there
     from exceptiongroup import BaseExceptionGroup
 
-from tickwork._event_loop import running_asyncio_loop
 from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import StopEvent, WorkflowFailedEvent
 from tickwork.runtime.control_loop._parking import (
@@ -50,6 +49,7 @@ from tickwork.runtime.control_loop.runner import (
     resume_loop,
     run_loop,
 )
+from tickwork.runtime.done_flag import DoneFlag
 from tickwork.runtime.event_stream import EventStream
 from tickwork.runtime.run_slots import RunSlots
 from tickwork.runtime.step_worker import StepInvoker, execute_invocation
@@ -59,6 +59,8 @@ from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
 
 if TYPE_CHECKING:
     import asyncio
+
+    import trio
 
     # Journaled runs only: imported where a run with a journal store needs them.
     from tickwork.runtime.durable import DurableWriter
@@ -106,77 +108,6 @@ def detect_backend() -> str:
         "Workflow.run() needs a running event loop (asyncio or trio) in this thread; "
         "call it from async code, e.g. inside asyncio.run(main()) or trio.run(main)"
     )
-
-
-class DoneFlag:
-    """A one-shot event that allocates what its waiters wait on only when someone waits.
-
-    Most runs are awaited once or not at all while they are live (a parked run waiting
-    for a human usually has no awaiter); an eager ``anyio.Event`` per run costs about a
-    kilobyte that such runs never use.  Under asyncio each waiter awaits a future of its
-    own (what ``asyncio.Event`` does, without its two coroutine layers and anyio's
-    wrapper: every live run that someone awaits holds these), the first one kept
-    without a list; under trio, an ``anyio.Event``.
-    """
-
-    __slots__ = ("_event", "_set", "_waiter")
-
-    def __init__(self) -> None:
-        self._set = False
-        # Under asyncio: the first waiter's future, and the further ones in a list (most
-        # runs have one waiter at most: no list).  Under trio: an ``anyio.Event``.
-        self._waiter: Any = None
-        self._event: anyio.Event | list[Any] | None = None
-
-    def is_set(self) -> bool:
-        """Whether ``set`` was called."""
-        return self._set
-
-    def set(self) -> None:
-        """Set the flag and wake every waiter."""
-        self._set = True
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-        waiters, self._event = self._event, None
-        if isinstance(waiters, list):
-            for future in waiters:
-                if not future.done():
-                    future.set_result(None)
-        elif waiters is not None:
-            waiters.set()
-
-    def wait(self) -> Awaitable[None]:
-        """What to await until the flag is set.
-
-        Under asyncio, a future of the waiter's own, awaited directly rather than through
-        a coroutine of ours (every awaited live run would hold that coroutine).  The
-        cancellation of a waiter cancels its future, which the next waiter (or ``set``)
-        drops.
-        """
-        if self._set:
-            return _nothing()
-        loop = running_asyncio_loop()
-        if loop is None:
-            event = self._event
-            if event is None:
-                event = self._event = anyio.Event()
-            assert not isinstance(event, list)
-            return event.wait()
-        future: Awaitable[None] = loop.create_future()
-        first = self._waiter
-        if first is None or first.done():  # no waiter, or a cancelled one
-            self._waiter = future
-            return future
-        waiters = self._event
-        if waiters is None:
-            waiters = self._event = []
-        else:
-            assert isinstance(waiters, list)
-            if waiters:  # drop the futures of cancelled waiters
-                waiters[:] = [waiter for waiter in waiters if not waiter.done()]
-        waiters.append(future)
-        return future
 
 
 class _PrintingSink:
@@ -245,8 +176,10 @@ def _abort_parked_runs(lot: ParkingLot) -> None:
             session.loop_ended()
 
 
-class RunSession:
+class RunSession(DoneFlag):
     """The in-process host of one run.
+
+    It is its own ``done`` flag (set when the run ends): one object less per live run.
 
     Slotted: a run that waits for a human keeps its session for as long as it waits, and
     a slotted object is a fraction of an instance dict (past 30 attributes, an instance
@@ -263,14 +196,15 @@ class RunSession:
         "_inbox",
         "_journal_waiter",
         "_limiters",
+        "_make_store",
         "_run_cache",
         "_run_slots",
+        "_store",
         "_timer_entry",
         "_timers",
         "_turn",
         "_verbose",
         "config",
-        "done",
         "durable",
         "exit",
         "hard_aborted",
@@ -288,7 +222,6 @@ class RunSession:
         "spawn_context",
         "start_event",
         "state",
-        "store",
         "stream",
         "stream_lane",
         "workflow",
@@ -305,6 +238,7 @@ class RunSession:
         run_id: str,
         store: Any,
         make_step_context: Callable[[Any], Any],
+        make_store: Callable[[Any], Any] | None = None,
         start_event: Any,
         run_slots: Any = None,
         keep_journal: bool = False,
@@ -315,11 +249,13 @@ class RunSession:
         self.config = config
         self.state = init_state
         self.run_id = run_id
-        self.store = store
+        # ``None`` until first used (``store``), when ``make_store`` is given.
+        self._store = store
+        self._make_store = make_store
         self.make_step_context = make_step_context
         self.start_event = start_event
         self.stream = EventStream()
-        self.done = DoneFlag()
+        super().__init__()  # the ``done`` flag
         self._host_done: DoneFlag | None = None  # made when asked for (see host_done)
         self.exit: RunExit | None = None
         self.hard_aborted = False
@@ -331,7 +267,7 @@ class RunSession:
             from tickwork.runtime.ownership import Ownership
 
             self.writer = DurableWriter(
-                journal_store, run_id, config.workflow_name, serializer, store
+                journal_store, run_id, config.workflow_name, serializer, self.store
             )
         self.durable = self.writer is not None
         self.ownership: Ownership | None = (
@@ -349,7 +285,7 @@ class RunSession:
         # Made on first use (most runs never need them; a parked run keeps its session).
         self._early_ticks: list[Tick] | None = None
         # An anyio scope, or the run's asyncio task itself (see _host_own_task).
-        self._cancel_scope: anyio.CancelScope | asyncio.Task[None] | None = None
+        self._cancel_scope: anyio.CancelScope | trio.CancelScope | asyncio.Task[None] | None = None
         self._limiters: dict[str, anyio.CapacityLimiter] | None = None
         self._run_cache: dict[Any, Any] | None = None
         # While parked: the lot it is counted in, its timers and their entry there.
@@ -383,6 +319,21 @@ class RunSession:
         self.stream_lane: StreamLane | None = None
         """The loop while it runs this session: steps write to the stream through it,
         and it brings ``state`` up to date with writes not yet accounted."""
+
+    @property
+    def done(self) -> DoneFlag:
+        """Set once the run has ended (its outcome is in ``exit``): the session itself."""
+        return self
+
+    @property
+    def store(self) -> Any:
+        """The run's state store: the one given, or ``make_store(workflow)`` made when
+        first asked for (most runs never use theirs, and every live run would hold it)."""
+        store = self._store
+        if store is None:
+            assert self._make_store is not None, "a session needs a store or make_store"
+            store = self._store = self._make_store(self.workflow)
+        return store
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -420,7 +371,7 @@ class RunSession:
                 # copy is one more object that every live run holds.
                 context = self.spawn_context
             else:
-                host = self._host(resumed)
+                host = self._host(resumed, anyio.CancelScope)
                 context = self.spawn_context.copy()
             if sys.version_info >= (3, 11) and loop.get_task_factory() is None:
                 # What create_task() does with no task factory, minus its checks and
@@ -431,12 +382,17 @@ class RunSession:
         else:
             import trio
 
-            trio.lowlevel.spawn_system_task(self._host, resumed, context=self.spawn_context.copy())
+            # trio's own scope: anyio's wraps one, an object more per live run.
+            trio.lowlevel.spawn_system_task(
+                self._host, resumed, trio.CancelScope, context=self.spawn_context.copy()
+            )
 
-    async def _host(self, resumed: ResumedLoop | None) -> None:
+    async def _host(self, resumed: ResumedLoop | None, scope_type: Callable[[], Any]) -> None:
+        """Drive the run in the run's task, in a cancel scope of ``scope_type`` (anyio's
+        or, under trio, trio's own: ``_stop_task`` only cancels it)."""
         parked = False
         try:
-            with anyio.CancelScope() as scope:
+            with scope_type() as scope:
                 self._cancel_scope = scope
                 if self.hard_aborted:
                     scope.cancel()

@@ -29,6 +29,7 @@ from tickwork.events import StopEvent
 from tickwork.retry_policy import RetryInfo
 from tickwork.runtime.control_loop.runner import TickFeed
 from tickwork.runtime.control_loop.streams import EMPTY_BUFFER, decide_collect
+from tickwork.runtime.types.evolve import new_record
 from tickwork.runtime.types.results import CollectOp, Suspend, WaiterRequest
 from tickwork.runtime.types.state import CollectBuffer, Invocation, RunConfig, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, PublishEvent, Tick
@@ -41,6 +42,7 @@ __all__ = [
     "check_send_target",
     "current_step_context",
     "implicit_waiter_id",
+    "open_scope",
 ]
 
 _log = logging.getLogger("tickwork.runtime")
@@ -135,6 +137,11 @@ class ScopeHost(Protocol):
         """The run's id."""
         ...
 
+    @property
+    def loop_thread(self) -> int:
+        """The thread id of the event loop running the run."""
+        ...
+
     def make_step_context(self, scope: Any) -> Any:
         """The step-face ``Context`` of an invocation (built by the layer above)."""
         ...
@@ -151,16 +158,16 @@ class StepScope:
 
     __slots__ = (
         "__weakref__",
-        "_context",
-        "_lane",
-        "_views",
         "collect_ops",
         "deleted_waiters",
+        "face",
         "invocation",
+        "lane",
         "loop_thread",
         "returned",
         "sends",
         "session",
+        "views",
         "worker_thread",
     )
 
@@ -173,7 +180,7 @@ class StepScope:
     ) -> None:
         self.session = session
         self.invocation = invocation
-        self._lane = lane  # the run's loop (its ``post``): no bound method per invocation
+        self.lane = lane  # the run's loop (its ``post``): no bound method per invocation
         self.loop_thread = loop_thread
         """The event loop's thread: writes from it go straight to the stream lane."""
         self.sends = 0
@@ -181,15 +188,15 @@ class StepScope:
         # Created on first use: most invocations never collect nor time out a waiter.
         self.collect_ops: list[CollectOp] | tuple[()] = ()
         self.deleted_waiters: list[str] | tuple[()] = ()
-        self._views: dict[str, CollectBuffer] | None = None
-        self._context: Any = None
+        self.views: dict[str, CollectBuffer] | None = None
+        self.face: Any = None
         self.worker_thread: int | None = None
 
     def context(self) -> Any:
         """The step-face ``Context`` of this invocation, built on first use."""
-        if self._context is None:
-            self._context = self.session.make_step_context(self)
-        return self._context
+        if self.face is None:
+            self.face = self.session.make_step_context(self)
+        return self.face
 
     def close(self) -> None:
         """The body returned: later calls are best-effort, and the scope lets go of its
@@ -197,14 +204,14 @@ class StepScope:
         both (and the invocation, its buffers and views) alive until the garbage
         collector ran, which made a fan-in of n events pay full collections."""
         self.returned = True
-        self._context = None
+        self.face = None
 
     # -- plumbing ----------------------------------------------------------------
 
     def _hand_to_loop(self, tick: Tick) -> None:
         thread = threading.get_ident()
         if thread == self.loop_thread:
-            self._lane.post(tick)
+            self.lane.post(tick)
             return
         if thread != self.worker_thread:
             raise RuntimeError(
@@ -213,7 +220,7 @@ class StepScope:
                 "from the step's own worker thread"
             )
         try:
-            anyio.from_thread.run_sync(self._lane.post, tick)
+            anyio.from_thread.run_sync(self.lane.post, tick)
         except RuntimeError as error:
             if self.session.live:
                 raise RuntimeError(
@@ -278,9 +285,9 @@ class StepScope:
         if not expected:
             return []
         bid = buffer_id or "default"
-        views = self._views
+        views = self.views
         if views is None:
-            views = self._views = {}
+            views = self.views = {}
         view = views.get(bid)
         if view is None:
             view = self.invocation.collect_view.get(bid, EMPTY_BUFFER)
@@ -344,3 +351,22 @@ class StepScope:
             last_exception=item.last_exception,  # type: ignore[arg-type]
             last_failed_at=failed_at,
         )
+
+
+def open_scope(session: ScopeHost, invocation: Invocation, lane: TickFeed) -> StepScope:
+    """``StepScope(session, invocation, lane, session.loop_thread)`` without a class call
+    (see ``new_record``): a worker opens one per step.  Every slot is written here, as
+    ``__init__`` writes it; a new slot must be written in both."""
+    scope: StepScope = new_record(StepScope)
+    scope.session = session
+    scope.invocation = invocation
+    scope.lane = lane
+    scope.loop_thread = session.loop_thread
+    scope.sends = 0
+    scope.returned = False
+    scope.collect_ops = ()
+    scope.deleted_waiters = ()
+    scope.views = None
+    scope.face = None
+    scope.worker_thread = None
+    return scope

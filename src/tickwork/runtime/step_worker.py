@@ -25,7 +25,7 @@ from tickwork.errors import StepTimeoutError, WorkflowRuntimeError
 from tickwork.events import Event
 from tickwork.retry_policy import call_policy, retry_seed
 from tickwork.runtime.control_loop.runner import WorkerLane
-from tickwork.runtime.step_scope import CURRENT_SCOPE, ScopeHost, StepScope, Suspend
+from tickwork.runtime.step_scope import CURRENT_SCOPE, ScopeHost, StepScope, Suspend, open_scope
 from tickwork.runtime.types.evolve import new_record
 from tickwork.runtime.types.kinds import IS_EVENT
 from tickwork.runtime.types.results import Completed, Failed, StepOutcome, Suspended
@@ -43,11 +43,6 @@ class WorkerHost(ScopeHost, Protocol):
     @property
     def invokers(self) -> Mapping[str, StepInvoker]:
         """Step name -> how to call it."""
-        ...
-
-    @property
-    def loop_thread(self) -> int:
-        """The thread id of the event loop running the run."""
         ...
 
     @property
@@ -313,7 +308,7 @@ async def execute_invocation(session: WorkerHost, invocation: Invocation, lane: 
     outcome: StepOutcome
     lane.unstarted -= 1
     try:
-        scope = StepScope(session, invocation, lane, session.loop_thread)
+        scope = open_scope(session, invocation, lane)
         invoker = session.invokers[invocation.step]
         span = session.step_span(invocation) if session.run_span is not None else None
         try:
@@ -359,7 +354,8 @@ async def execute_invocation(session: WorkerHost, invocation: Invocation, lane: 
                 outcome.collect_ops = ()
                 outcome.deleted_waiters = ()
         finally:
-            scope.close()
+            scope.returned = True  # scope.close(), without its frame: one per step
+            scope.face = None
     except Exception as error:
         outcome = Failed(error, None, time.time())
     lane.report(invocation, outcome)

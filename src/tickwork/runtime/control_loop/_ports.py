@@ -135,9 +135,15 @@ class LoopAdapter(Protocol):
     """The run's stream (its ``push`` appends an event or a step-state command): an
     object with a method rather than a bound method, one object less per live run."""
 
+    state: RunState
+    """The latest reduced state: what ``processed`` keeps, and all it keeps unless
+    ``observes_ticks`` (the loop then writes it itself rather than call ``processed``
+    per tick)."""
+
     def processed(self, tick: Tick, state: RunState, commands: list[Command]) -> None:
         """Called after each reduced tick with the new state and the commands it
-        produced (snapshots, journal, the stream of durable runs).
+        produced (snapshots, journal, the stream of durable runs); unless
+        ``observes_ticks``, it must do no more than keep ``state`` (see ``state``).
 
         Unless ``observes_ticks``, stream writes made while work is in flight are
         accounted in batches: ``processed`` then gets the last write of a batch, the

@@ -93,6 +93,14 @@ class AsyncioPool(TaskPool, dict[str, Any]):
             task = loop.create_task(worker, context=context.copy())  # type: ignore[call-arg]
         self[key] = task
 
+    def task_maker(self) -> tuple[Any, Any]:
+        """``(task class, event loop)``, with which a caller starts a worker as ``spawn``
+        does while the loop has no task factory (and stores the task under its key
+        itself); ``(None, None)`` where ``spawn`` cannot be done so (Python 3.10)."""
+        if not _TASK_CONTEXT_ARGUMENT:
+            return None, None
+        return self._task, self._loop
+
     def done(self, key: str) -> None:
         self.pop(key, None)
 

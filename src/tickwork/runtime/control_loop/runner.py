@@ -48,7 +48,7 @@ from tickwork.runtime.control_loop._task_pool import (
     running_asyncio,
 )
 from tickwork.runtime.control_loop.reduce import account_stream_writes, reduce
-from tickwork.runtime.event_stream import AS_IS, EventStream
+from tickwork.runtime.event_stream import AS_IS, EventStream, finished_record, running_record
 from tickwork.runtime.types.commands import (
     CancelWorker,
     Command,
@@ -231,6 +231,14 @@ class _Loop:
         # The asyncio pool's task map, which a reporting worker leaves (``pool.done``
         # inlined: a call per step); ``None`` under trio, whose workers leave on exit.
         self.worker_tasks = self.pool.tasks if isinstance(self.pool, AsyncioPool) else None
+        # How ``_run_worker`` starts an asyncio worker task itself (``AsyncioPool.spawn``
+        # inlined): the task class, for as long as the event loop has no task factory.
+        # (Neither is a bound method, which would be one more object per live run.)
+        self.new_task: Any = None
+        self.event_loop: Any = None
+        if isinstance(self.pool, AsyncioPool):
+            self.new_task, self.event_loop = self.pool.task_maker()
+        self.observes_ticks = adapter.observes_ticks
         self.spawn_context = adapter.spawn_context
         self.heartbeat_every = adapter.heartbeat_every
         self.last_commit = time.time()
@@ -404,12 +412,28 @@ class _Loop:
         if self.unaccounted:
             self.settle_writes()
         self.state, commands = reduce(self.state, tick)
-        self.adapter.processed(tick, self.state, commands)
+        if self.observes_ticks:
+            self.adapter.processed(tick, self.state, commands)
+        else:  # all that ``processed`` does then (see ``LoopAdapter.state``), without its frame
+            self.adapter.state = self.state
         handlers = _HANDLERS
         for command in commands:
             if type(command) is PublishStepState:
                 # ``_publish_step_state`` without its frame: every step publishes one.
-                self.sink.push(command)
+                items = self.stream.quiet_items
+                if items is not None and command.state == "not_running":
+                    # What ``sink.push`` does then, without its two frames.
+                    items.append(
+                        finished_record(
+                            command.step,
+                            command.worker_id,
+                            command.input_type,
+                            command.output_type,
+                            command.has_output,
+                        )
+                    )
+                else:
+                    self.sink.push(command)
             else:
                 handlers[type(command)](self, command)
 
@@ -523,11 +547,28 @@ class _Loop:
     # -- commands ------------------------------------------------------------------
 
     def _run_worker(self, command: RunWorker) -> None:
-        self.sink.push(command)  # stands for the invocation's RUNNING state
         invocation = command.invocation
+        # The command stands for the invocation's RUNNING state in the stream.
+        items = self.stream.quiet_items
+        if items is not None:  # what ``sink.push`` does then, without its two frames
+            event_type: Any = type(invocation.item.event)  # hashable, unlike type[Any] for mypy
+            items.append(running_record(invocation.step, invocation.worker_id, event_type))
+        else:
+            self.sink.push(command)
         self.unstarted += 1  # until the worker begins (see ``WorkerLane.unstarted``)
         worker = self.run_step(self.adapter, invocation, self)
-        self.pool.spawn(invocation.invocation_id, worker, self.spawn_context)
+        tasks = self.worker_tasks
+        if (
+            tasks is not None
+            and self.new_task is not None
+            and self.event_loop.get_task_factory() is None
+        ):
+            # What ``AsyncioPool.spawn`` does then, without its frame.
+            tasks[invocation.invocation_id] = self.new_task(
+                worker, loop=self.event_loop, context=self.spawn_context.copy()
+            )
+        else:
+            self.pool.spawn(invocation.invocation_id, worker, self.spawn_context)
 
     def report(self, invocation: Invocation, outcome: StepOutcome) -> None:
         """A worker's outcome (a cancelled worker reports none): post it as a tick."""
