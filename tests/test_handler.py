@@ -9,6 +9,8 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -702,6 +704,49 @@ async def test_a_run_started_with_a_context_keeps_it_and_its_store() -> None:
     assert handler.ctx is ctx
     assert await handler == "counted"
     assert await ctx.store.get("before") is True and await ctx.store.get("seen") == 5
+
+
+class Lane(Event):
+    lane: int
+
+
+class TwoThreads(Workflow):
+    """Two sync steps in worker threads that ask for the run's store first, together."""
+
+    def __init__(self, met: threading.Barrier, seen: list[object]) -> None:
+        super().__init__(timeout=10)
+        self._met = met
+        self._seen = seen
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Lane]:
+        return [Lane(lane=0), Lane(lane=1)]
+
+    @step(num_workers=2)
+    def use(self, ev: Lane) -> StopEvent | None:
+        self._met.wait(timeout=5)  # both threads are here: now both ask at once
+        # No Context parameter: the step's Context, and the run's store, are made here,
+        # in the worker thread.
+        self._seen.append(Context.get_step_context().store)
+        return StopEvent(result="both") if len(self._seen) == 2 else None
+
+
+async def test_two_threads_asking_first_for_the_store_get_the_same_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tickwork.workflow as workflow_module
+
+    make = workflow_module._FRESH_STORE
+
+    def slow_make(workflow: Any) -> Any:
+        time.sleep(0.05)  # widen the window in which both threads find no store yet
+        return make(workflow)
+
+    monkeypatch.setattr(workflow_module, "_FRESH_STORE", slow_make)
+    seen: list[object] = []
+    handler = TwoThreads(threading.Barrier(2), seen).run()
+    assert await handler == "both"
+    assert len(seen) == 2 and seen[0] is seen[1] is handler._session._store
 
 
 class Needs(BaseModel):

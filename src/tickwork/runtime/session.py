@@ -73,6 +73,9 @@ __all__ = ["LIVE_RUNS", "DoneFlag", "RunSession", "detect_backend"]
 HEARTBEAT_SECONDS = 1.0
 """How often a journaled run that waits records its alive time (api.md §24.2)."""
 
+_FIRST_STORE_LOCK = threading.Lock()
+"""Taken only while a run makes its state store on first use (``RunSession.store``)."""
+
 _log = logging.getLogger("tickwork.runtime")
 
 
@@ -331,8 +334,13 @@ class RunSession(DoneFlag):
         first asked for (most runs never use theirs, and every live run would hold it)."""
         store = self._store
         if store is None:
-            assert self._make_store is not None, "a session needs a store or make_store"
-            store = self._store = self._make_store(self.workflow)
+            # Sync steps run in worker threads: two of them asking first at once must get
+            # the same store (a second one would take the other's writes with it).
+            with _FIRST_STORE_LOCK:
+                store = self._store
+                if store is None:
+                    assert self._make_store is not None, "a session needs a store or make_store"
+                    store = self._store = self._make_store(self.workflow)
         return store
 
     # -- lifecycle -------------------------------------------------------------------

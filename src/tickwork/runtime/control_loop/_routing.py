@@ -151,8 +151,9 @@ def _route_to_step(
     if spec.kind == "join":
         return _arrive_at_join(tx, step, event, recovery_counts, scope_path)
     # The hottest construction of the reducer, so built without a class call (see
-    # ``new_record``), every field written.  The id is minted here: ``tx.mint_work_item()``
-    # without its frame (a hop routes one event).
+    # ``new_record``), every field written: ``_work_item`` spelled out, without its
+    # frame.  The id is minted here: ``tx.mint_work_item()`` without its frame (a hop
+    # routes one event).
     seq = tx.work_item_seq
     tx.work_item_seq = seq + 1
     item = _new(WorkItem)
