@@ -28,7 +28,7 @@ of it (api.md §24.2).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Generator, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -80,6 +80,21 @@ _FINAL: dict[str, RunStatus] = {
 }
 
 
+_LATENCY = "tickwork.journal.append_latency"
+
+
+class _Done:
+    """An awaitable done at once (a commit with nothing to write): no coroutine."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return iter(())  # type: ignore[return-value]  # an empty iterator: no wait
+
+
+_DONE = _Done()
+
+
 class Ack:
     """Set once a tick is durable in the journal, or failed to become so (``error``)."""
 
@@ -121,6 +136,7 @@ class DurableWriter:
         self._text = bool(getattr(store, "takes_record_text", False)) and records_model_text(
             serializer
         )
+        self._appends_snapshots = bool(getattr(store, "appends_snapshots", False))
         # The ticks reduced and the events published since the last commit: lists made
         # when the first one comes (a run waiting for its commit keeps no empty ones).
         self._pending: list[tuple[Tick, int]] | None = None
@@ -343,21 +359,55 @@ class DurableWriter:
         exception = terminal.exception
         return RunOutcome(error=dump_exception(exception) if exception is not None else None)
 
-    async def commit(self, state: RunState) -> None:
-        """Write the pending records (and what goes with them) in one transaction."""
+    def commit(self, state: RunState) -> Awaitable[None]:
+        """Write the pending records (and what goes with them) in one transaction:
+        await what this returns.
+
+        A plain function: when nothing is left to do once the write is done (no
+        acknowledgement to settle, no latency to record, no compacting snapshot to
+        write after it), it returns the store's own awaitable of the write, not a
+        coroutine of ours around it (every journaled run waiting for its commit would
+        hold it, and every wake-up would resume it); with nothing pending, an
+        awaitable that is done at once."""
         batch = self._pending
         if batch is None:
-            return
+            return _DONE
         self._pending = None
         final = _FINAL.get(state.status)
         try:
             writing, closed = self._append(state, batch, final)
+        except BaseException as error:
+            self._settle(batch, error)
+            raise
+        since = 0 if closed else self._since_snapshot + len(batch)
+        if (
+            not self._acks
+            and (closed or (final is None and since < self.compact_every))
+            and not metrics.recording(_LATENCY)
+        ):
+            # A failed write raises through the caller: the run stops, and the count
+            # of records since the last snapshot is not read again.
+            self._since_snapshot = since
+            return writing
+        return self._commit_then(writing, state, batch, final, closed)
+
+    async def _commit_then(
+        self,
+        writing: Awaitable[None],
+        state: RunState,
+        batch: list[tuple[Tick, int]],
+        final: RunStatus | None,
+        closed: bool,
+    ) -> None:
+        """Await ``writing``, then settle the batch's acknowledgements, record the
+        latency and write the compacting snapshot that is due."""
+        try:
             began = time.monotonic()
             await writing
         except BaseException as error:
             self._settle(batch, error)
             raise
-        metrics.record("tickwork.journal.append_latency", time.monotonic() - began)
+        metrics.record(_LATENCY, time.monotonic() - began)
         self._settle(batch, None)
         self._since_snapshot += len(batch)
         if closed:
@@ -383,8 +433,12 @@ class DurableWriter:
         # The records of a final append that carries its compacting snapshot are
         # compacted away in its own transaction: a store that knows it does not write
         # them, so their texts are written only if read.
-        defer = final is not None and getattr(self.store, "appends_snapshots", False)
-        records = [self._encode(tick, seq, known, defer) for tick, seq in batch]
+        defer = final is not None and self._appends_snapshots
+        if len(batch) == 1:  # one tick (a step's result) is most drains': no comprehension
+            tick, seq = batch[0]
+            records = [self._encode(tick, seq, known, defer)]
+        else:
+            records = [self._encode(tick, seq, known, defer) for tick, seq in batch]
         patch = self._state_patch(records[-1].seq)
         stream = () if published is None else published
         if final is None:  # the common call, without a keyword dictionary
@@ -393,7 +447,7 @@ class DurableWriter:
                 records,
                 patch,
                 lease=self.lease,
-                consumed=self._consumed(batch),
+                consumed=self._consumed(batch) if self._inbox else (),
                 stream=stream,
             )
             return writing, False
@@ -419,7 +473,7 @@ class DurableWriter:
         self, state: RunState, batch: list[tuple[Tick, int]], final: RunStatus
     ) -> tuple[int, dict[str, Any]] | None:
         """The final snapshot for the final append, when the store takes one there."""
-        if not getattr(self.store, "appends_snapshots", False):
+        if not self._appends_snapshots:
             return None
         return state.journal_seq, self._compacting_snapshot(state, batch, final)
 

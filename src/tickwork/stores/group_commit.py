@@ -25,7 +25,7 @@ settle (shielded) and then raises the cancellation, so a write is never left hal
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import anyio
@@ -71,6 +71,11 @@ class PendingCall:
         # asyncio future, or an ``anyio.Event`` under trio.
         self.wake: Any = None
 
+    def run(self, connection: Any) -> Any:
+        """Do the call: ``body(connection)`` (a store's own kind of call may do its work
+        here itself, as the SQLite store's appends do)."""
+        return self.body(connection)
+
 
 class GroupCommit:
     """The call queue of one store.
@@ -95,11 +100,17 @@ class GroupCommit:
         """How many batches went to the store (each with at most one transaction of
         writes): tests and benchmarks read it."""
 
-    async def call(
+    def call(
         self, body: Any, *, run_id: str | None = None, action: str, write: bool = False
-    ) -> Any:
-        """Run ``body`` in the next batch (in its transaction if ``write``); its
-        result, or raise its error."""
+    ) -> Coroutine[Any, Any, Any]:
+        """Run ``body`` in the next batch (in its transaction if ``write``): await this
+        for its result, or its error."""
+        return self.submit(PendingCall(body, run_id, action, write))
+
+    async def submit(self, pending: PendingCall) -> Any:
+        """Queue ``pending`` (a call made by the store: a ``PendingCall`` of its own
+        kind carries its work without a body of its own) for the next batch; its result,
+        or raise its error."""
         if not self._busy or self._turn:
             # It takes a batch at once, shielded: a cancelled caller stops here.  A
             # caller that waits first sees its cancellation in that wait (it withdraws
@@ -107,7 +118,6 @@ class GroupCommit:
             # (about 11k instructions under asyncio, on nearly every call of a busy
             # store).
             await anyio.lowlevel.checkpoint_if_cancelled()
-        pending = PendingCall(body, run_id, action, write)
         self._queue.append(pending)
         if self._busy:
             # Wait until the call settled, or until the queue it is in may go (then
@@ -118,7 +128,9 @@ class GroupCommit:
             # waiter, without its two coroutine layers).
             loop = running_asyncio_loop()
             while not pending.settled and (pending.taken or not self._turn):
-                wake = pending.wake = self._wake_for(pending, loop)
+                wake = pending.wake = (
+                    loop.create_future() if loop is not None else self._wake_for(pending, None)
+                )
                 try:
                     await (wake if loop is not None else wake.wait())
                 except BaseException:
@@ -204,8 +216,14 @@ class GroupCommit:
             for pending in batch:
                 pending.settled = True
                 wake = pending.wake
-                if wake is not None:
-                    _wake(wake)
+                if wake is None:
+                    continue
+                # ``_wake`` without its frame (one per call of the batch).
+                if isinstance(wake, anyio.Event):
+                    if not wake.is_set():  # a shared one: set once
+                        wake.set()
+                elif not wake.done():  # a cancelled caller's future is done already
+                    wake.set_result(None)
             self._hand_over()
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from tickwork._otel import available
 
-__all__ = ["add", "record"]
+__all__ = ["add", "record", "recording"]
 
 _INSTRUMENTS: dict[str, Any] | None = None
 
@@ -65,3 +65,18 @@ def record(name: str, value: float, **attributes: str) -> None:
     instruments = _INSTRUMENTS if _INSTRUMENTS is not None else _instruments()
     if instruments is not None:
         instruments[name].record(value, attributes)
+
+
+def recording(name: str) -> bool:
+    """Whether a value recorded in the histogram ``name`` now goes anywhere: not without
+    OpenTelemetry, nor while its instrument is the API's stand-in that has no real one
+    yet (no meter provider installed: the API drops the value).  A caller may then skip
+    measuring it (a durable run asks at every commit; the clock reads cost more than
+    this look-up)."""
+    instruments = _INSTRUMENTS if _INSTRUMENTS is not None else _instruments()
+    if instruments is None:
+        return False
+    instrument = instruments[name]
+    # The API's proxy instruments forward to ``_real_instrument`` once a provider is
+    # set; any other instrument (or a proxy of another shape) records.
+    return getattr(instrument, "_real_instrument", True) is not None

@@ -108,17 +108,20 @@ def _record_rows(
     records: Sequence[JournalRecord],
     snapshot: tuple[int, Any] | None,
     lease: Lease | None,
-) -> list[tuple[str, int, str | None]]:
+) -> tuple[tuple[str, int, str | None], ...]:
     """The rows of an append's ``records``: without their texts when the append's own
     snapshot compacts them all away (``writes.keeps_records``: none is written; the
-    last records of a finished run, whose texts are then never written at all)."""
+    last records of a finished run, whose texts are then never written at all).
+
+    A tuple, not a list: every durable run waiting for its commit holds its rows, and
+    the garbage collector stops tracking a tuple of strings and numbers."""
     if (
         snapshot is not None
         and records
         and not writes.keeps_records(max(r.seq for r in records), snapshot, lease)
     ):
-        return [(run_id, r.seq, None) for r in records]
-    return [(run_id, r.seq, record_text(r)) for r in records]
+        return tuple([(run_id, r.seq, None) for r in records])
+    return tuple([(run_id, r.seq, record_text(r)) for r in records])
 
 
 class SqliteJournal:
@@ -229,13 +232,20 @@ class SqliteJournal:
         return self._queue.call(body, run_id=run_id, action=action, write=True)
 
     async def _run_batch(self, batch: list[PendingCall]) -> None:
-        """Run a batch of the call queue on a worker thread (see ``writes.run_batch``)."""
+        """Run a batch of the call queue on a worker thread (see ``writes.run_batch``),
+        then wake the ``wait_for_change`` callers of the runs whose committed appends
+        ended them or published events."""
 
         def run() -> None:
             with self._lock:
                 writes.run_batch(self._connect(), self.path, batch)
 
         await anyio.to_thread.run_sync(run)
+        if self._changed:  # wake the waiters of the appends that asked for it
+            for pending in batch:
+                notifies = type(pending) is writes.AppendRows and pending.notifies
+                if notifies and pending.error is None:
+                    self._notify(pending.run_id)
 
     def _call_blocking(
         self, fn: Callable[[sqlite3.Connection], T], *, run_id: str | None, action: str
@@ -372,20 +382,29 @@ class SqliteJournal:
             unpatched.discard(run_id)
         else:
             patches = True
+        if snapshot is None and len(records) == 1:  # most appends: no frames for it
+            record = records[0]
+            record_rows: tuple[tuple[str, int, str | None], ...] = (
+                (run_id, record.seq, record_text(record)),
+            )
+        else:
+            record_rows = _record_rows(run_id, records, snapshot, lease)
         rows = writes.AppendRows(
             run_id,
-            _record_rows(run_id, records, snapshot, lease),
+            record_rows,
             None
             if state_patch is None
             else (run_id, state_patch.after_seq, json.dumps(state_patch.patch)),
-            [
-                (
-                    run_id,
-                    item.seq,
-                    item.text if type(item) is TextStreamItem else json.dumps(item.event),
-                )
-                for item in stream
-            ]
+            tuple(
+                [
+                    (
+                        run_id,
+                        item.seq,
+                        item.text if type(item) is TextStreamItem else json.dumps(item.event),
+                    )
+                    for item in stream
+                ]
+            )
             if stream
             else (),
             tuple(consumed),
@@ -397,15 +416,12 @@ class SqliteJournal:
             self.path,
             time.time(),
             patches,
+            # A run's end and its published events wake this process's
+            # ``wait_for_change`` callers once committed (``_run_batch``), without a
+            # coroutine of ours around the write.
+            final_status is not None or bool(stream),
         )
-        write = self._write(rows, run_id=run_id, action="appending records")
-        if final_status is not None or stream:
-            return self._notify_after(write, run_id)
-        return write
-
-    async def _notify_after(self, write: Coroutine[Any, Any, None], run_id: str) -> None:
-        await write
-        self._notify(run_id)
+        return self._queue.submit(rows)
 
     async def write_snapshot(
         self, run_id: str, seq: int, snapshot: dict[str, Any], *, lease: Lease | None = None

@@ -48,7 +48,11 @@ __all__ = [
 
 
 def replace_snapshot(
-    conn: sqlite3.Connection, run_id: str, seq: int, text: str, patches: bool = True
+    conn: sqlite3.Connection | sqlite3.Cursor,
+    run_id: str,
+    seq: int,
+    text: str,
+    patches: bool = True,
 ) -> None:
     """Store the compacting snapshot taken before record ``seq``; drop older history
     (``patches=False``: the run is known to have no state patches to drop)."""
@@ -234,22 +238,24 @@ def _append_sql(has_records: bool, progress: bool, final: bool, fenced: bool) ->
     return f"UPDATE runs SET {', '.join(sets)} WHERE {where}"
 
 
-class AppendRows:
-    """One append, encoded: ``records`` are ``(run_id, seq, json)`` rows in batch order,
-    ``patch`` a state-patch row, ``stream`` ``(run_id, seq, json)`` rows, ``snapshot``
-    a compacting snapshot ``(seq, json)`` written last (``patches=False``: the run is
-    known to have no state patches for it to drop); made at ``now`` for the file at
-    ``path``.
+class AppendRows(PendingCall):
+    """One append, encoded, and its call in the store's queue: ``records`` are
+    ``(run_id, seq, json)`` rows in batch order, ``patch`` a state-patch row, ``stream``
+    ``(run_id, seq, json)`` rows, ``snapshot`` a compacting snapshot ``(seq, json)``
+    written last (``patches=False``: the run is known to have no state patches for it to
+    drop); made at ``now`` for the file at ``path``.  ``notifies``: its commit wakes
+    the run's ``wait_for_change`` callers.
 
-    Calling it with a connection writes it (``append``): it is the call queue's body
-    itself (no ``functools.partial`` and keyword dict per append), and slotted, as every
-    durable run waiting for its commit holds one.
+    It is the call queue's ``PendingCall`` itself, and ``run`` writes it (``append``):
+    no body, ``functools.partial`` or keyword dict per append, one object fewer that
+    every durable run waiting for its commit holds (slotted, as they all hold one).
     """
 
     __slots__ = (
         "consumed",
         "final_status",
         "lease",
+        "notifies",
         "now",
         "outcome",
         "patch",
@@ -257,15 +263,16 @@ class AppendRows:
         "path",
         "progress",
         "records",
-        "run_id",
         "snapshot",
         "stream",
     )
 
+    run_id: str  # always named
+
     def __init__(
         self,
         run_id: str,
-        records: list[tuple[str, int, str | None]],
+        records: Sequence[tuple[str, int, str | None]],
         patch: tuple[str, int, str] | None,
         stream: Sequence[tuple[str, int, str]],
         consumed: Sequence[int],
@@ -277,8 +284,18 @@ class AppendRows:
         path: str,
         now: float,
         patches: bool = True,
+        notifies: bool = False,
     ) -> None:
+        # ``PendingCall.__init__`` written out (one frame fewer per append).
+        self.body = None
         self.run_id = run_id
+        self.action = "appending records"
+        self.write = True
+        self.result = None
+        self.error = None
+        self.taken = False
+        self.settled = False
+        self.wake = None
         self.records = records
         self.patch = patch
         self.stream = stream
@@ -291,9 +308,11 @@ class AppendRows:
         self.path = path
         self.now = now
         self.patches = patches
+        self.notifies = notifies
 
-    def __call__(self, conn: sqlite3.Connection) -> None:
-        append(conn, self.path, self, self.now)
+    def run(self, connection: Any) -> None:
+        """Write the append; ``connection`` is the batch's cursor (``commit_together``)."""
+        append(connection, self.path, self, self.now)
 
 
 def keeps_records(last: int, snapshot: tuple[int, Any] | None, lease: Lease | None) -> bool:
@@ -306,10 +325,12 @@ def keeps_records(last: int, snapshot: tuple[int, Any] | None, lease: Lease | No
     return snapshot is None or lease is None or last >= snapshot[0]
 
 
-def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) -> None:
+def append(conn: sqlite3.Cursor, path: str, rows: AppendRows, now: float) -> None:
     """``append`` (store.py), inside the caller's transaction: the fenced ``UPDATE
     runs``, then the records, the state patch, the consumed inbox items, the stream
-    items and the compacting snapshot (dropping the history before it)."""
+    items and the compacting snapshot (dropping the history before it).  ``conn`` is
+    a cursor of the connection: the statements of a batch's appends share one (each
+    ``Connection.execute`` makes a cursor of its own, about 1.4k instructions)."""
     run_id, records, lease = rows.run_id, rows.records, rows.lease
     first = records[0][1] if records else None
     args: list[Any] = [now]
@@ -329,7 +350,7 @@ def append(conn: sqlite3.Connection, path: str, rows: AppendRows, now: float) ->
     update = _append_sql(bool(records), rows.progress, final, fenced)
     if not conn.execute(update, args).rowcount:
         fenced_first = first if lease is not None else None
-        raise fence_refused(conn, path, run_id, lease, "appending records", fenced_first)
+        raise fence_refused(conn.connection, path, run_id, lease, "appending records", fenced_first)
     snapshot = rows.snapshot
     # Records and a patch that the snapshot written below compacts away are not
     # written at all (the transaction leaves the same rows; ``keeps_records``).
@@ -425,7 +446,7 @@ def run_batch(conn: sqlite3.Connection, path: str, batch: Sequence[PendingCall])
 def _run_one(conn: sqlite3.Connection, path: str, pending: PendingCall) -> None:
     """Run a plain call and settle it."""
     try:
-        pending.result = pending.body(conn)
+        pending.result = pending.run(conn)
     except Exception as error:
         pending.error = _failure_of(pending, error, path)
 
@@ -479,12 +500,16 @@ def _one_transaction(
         _fail(batch, error, path)
         return []
     written: list[PendingCall] = []
+    cursor = conn.cursor()  # the appends' statements share it (``append``)
     try:
         for index, pending in enumerate(batch):
             try:
                 if careful:
                     conn.execute("SAVEPOINT one_write")
-                pending.result = pending.body(conn)
+                if type(pending) is AppendRows:
+                    pending.run(cursor)  # its result is None
+                else:
+                    pending.result = pending.run(conn)
                 if careful:
                     conn.execute("RELEASE one_write")
             except Exception as error:
