@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tickwork.stores.records import JournalError, LeaseLost, StreamItem
+from tickwork.stores.records import JournalError, Lease, LeaseLost, StreamItem
 from tickwork.stores.sqlite import SqliteJournal
 from tickwork.stores.sqlite_schema import SCHEMA_VERSION
 
@@ -247,6 +247,37 @@ async def test_a_run_with_a_damaged_row_fails_instead_of_blocking_claims(tmp_pat
     assert [c.lease.run_id for c in claims] == ["good"]
     [bad] = _sql(path, "SELECT status, outcome_error FROM runs WHERE run_id = 'bad'")
     assert bad[0] == "failed" and "start event" in str(bad[1]) and "'bad'" in str(bad[1])
+    store.close()
+
+
+async def test_a_change_waiter_wakes_for_a_committed_final_append_not_a_refused_one(
+    tmp_path: Path,
+) -> None:
+    # The batch runner wakes the waiters of the appends it committed (no coroutine of
+    # the append's own does it after its write).
+    store = SqliteJournal(tmp_path / "final.db")
+    lease = store.register_run("r", "wf", snap(), start_event={}, owner="me")
+    assert lease is not None
+    stale = Lease("r", "me", lease.epoch + 1)
+    woken: list[str] = []
+
+    async def wait() -> None:
+        await store.wait_for_change(30, "r")
+        woken.append("change")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(wait)
+        await anyio.sleep(0.05)
+        with pytest.raises(LeaseLost):
+            await store.append("r", [rec(0)], None, "completed", lease=stale)
+        await anyio.sleep(0.05)
+        assert woken == []  # nothing was committed
+        await store.append("r", [rec(0)], None, "completed", lease=lease)
+        with anyio.fail_after(10):
+            while woken != ["change"]:
+                await anyio.sleep(0.01)
+    [row] = _sql(tmp_path / "final.db", "SELECT status FROM runs WHERE run_id = 'r'")
+    assert row == ("completed",)
     store.close()
 
 
