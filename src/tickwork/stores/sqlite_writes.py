@@ -331,31 +331,30 @@ def append(conn: sqlite3.Cursor, path: str, rows: AppendRows, now: float) -> Non
     items and the compacting snapshot (dropping the history before it).  ``conn`` is
     a cursor of the connection: the statements of a batch's appends share one (each
     ``Connection.execute`` makes a cursor of its own, about 1.4k instructions)."""
-    run_id, records, lease = rows.run_id, rows.records, rows.lease
-    first = records[0][1] if records else None
+    run_id, records, lease, final = rows.run_id, rows.records, rows.lease, rows.final_status
+    first = last = None
     args: list[Any] = [now]
-    last = None
     if records:  # one record (a step's result) is most appends': no generator for it
+        first = records[0][1]
         last = first if len(records) == 1 else max(seq for _run, seq, _data in records)
-    if last is not None:
         args.append(last)
-    if rows.final_status is not None:
-        args += [rows.final_status, *outcome_columns(rows.outcome)]
+    if final is not None:
+        args += [final, *outcome_columns(rows.outcome)]
     args.append(run_id)
     if lease is not None:
         args += [lease.owner, lease.epoch]
         if first is not None:
             args.append(first - 1)
-    final, fenced = rows.final_status is not None, lease is not None
-    update = _append_sql(bool(records), rows.progress, final, fenced)
+    update = _append_sql(last is not None, rows.progress, final is not None, lease is not None)
     if not conn.execute(update, args).rowcount:
         fenced_first = first if lease is not None else None
         raise fence_refused(conn.connection, path, run_id, lease, "appending records", fenced_first)
     snapshot = rows.snapshot
     # Records and a patch that the snapshot written below compacts away are not
-    # written at all (the transaction leaves the same rows; ``keeps_records``).
+    # written at all (the transaction leaves the same rows; ``keeps_records``, written
+    # out).
     cut = snapshot[0] if snapshot is not None and lease is not None else None
-    if last is not None and keeps_records(last, snapshot, lease):
+    if last is not None and (cut is None or last >= cut):
         try:
             conn.executemany("INSERT INTO records VALUES (?, ?, ?)", records)
         except sqlite3.IntegrityError as error:
