@@ -42,7 +42,7 @@ import anyio.to_thread
 from tickwork.serde.snapshot_text import json_text, snapshot_text
 from tickwork.stores import sqlite_fleet as fleet
 from tickwork.stores import sqlite_writes as writes
-from tickwork.stores.encoded import TextStreamItem, record_text, value_text
+from tickwork.stores.encoded import TextRecord, TextStreamItem, record_text, value_text
 from tickwork.stores.group_commit import GroupCommit, PendingCall
 from tickwork.stores.records import (
     UNFINISHED,
@@ -382,13 +382,15 @@ class SqliteJournal:
             unpatched.discard(run_id)
         else:
             patches = True
-        if snapshot is None and len(records) == 1:  # most appends: no frames for it
-            record = records[0]
+        record = records[0] if len(records) == 1 else None
+        if snapshot is None and type(record) is TextRecord:  # most appends: no frames
             record_rows: tuple[tuple[str, int, str | None], ...] = (
-                (run_id, record.seq, record_text(record)),
+                (run_id, record.seq, record.text),
             )
+            progress = not record.opens  # ``is_progress``
         else:
             record_rows = _record_rows(run_id, records, snapshot, lease)
+            progress = is_progress(records)
         rows = writes.AppendRows(
             run_id,
             record_rows,
@@ -411,7 +413,7 @@ class SqliteJournal:
             final_status,
             outcome,
             lease,
-            is_progress(records),
+            progress,
             None if snapshot is None else (snapshot[0], snapshot_text(snapshot[1])),
             self.path,
             time.time(),
