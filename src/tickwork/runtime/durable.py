@@ -385,8 +385,9 @@ class DurableWriter:
             and (closed or (final is None and since < self.compact_every))
             and not metrics.recording(_LATENCY)
         ):
-            # A failed write raises through the caller: the run stops, and the count
-            # of records since the last snapshot is not read again.
+            # Counted before the write is done: a failed write raises through the
+            # caller and stops the run (were the count read again, a compacting
+            # snapshot would only come sooner).
             self._since_snapshot = since
             return writing
         return self._commit_then(writing, state, batch, final, closed)
