@@ -23,13 +23,14 @@ from tickwork.runtime.types.commands import (
 )
 from tickwork.runtime.types.evolve import evolve as replace
 from tickwork.runtime.types.evolve import new_record as _new
-from tickwork.runtime.types.persistent import PMap, PQueue
+from tickwork.runtime.types.persistent import SMALL_MAP_SIZE, PMap, PQueue
 from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.state import (
     EMPTY_PMAP,
     NO_HOLDINGS,
     NO_SENDS,
     NO_WAITER_INDEX,
+    NOTHING_HELD,
     Invocation,
     RunState,
     RunStatus,
@@ -41,6 +42,7 @@ from tickwork.runtime.types.state import (
 from tickwork.runtime.types.step_id import WORKER_NAMES
 
 FRESH_STEP = StepRunState()
+_NO_QUEUE = FRESH_STEP.queue
 _FIRST_SLOT = FRESH_STEP.slots.acquire()
 """What an idle, empty step's pool gives every time (slot 0, a shared pool): the usual
 step of a chain starts from ``FRESH_STEP`` on every hop."""
@@ -89,6 +91,10 @@ class Tx(RunState):
     """``steps`` once this reduction copied the input's map (see ``put_step``)."""
     _draft_step: StepRunState | None
     """The step state this reduction built last (see ``writable_step``)."""
+    _draft_running: PMap[str, Invocation] | None
+    """The in-flight map with a ``dict`` root this reduction built last: a queued
+    invocation that starts where one finished adds itself to it in place (see
+    ``start_invocation``)."""
     commands: list[Command]
     quiet: bool
     """Set by folds that drop commands: the per-step ones are then not even built."""
@@ -137,7 +143,7 @@ class Tx(RunState):
         """The new run state: this object, as a ``RunState``, its references to the input
         state and to the commands dropped (the new state must keep neither alive)."""
         self.base = self.commands = _CLEARED
-        self._own_steps = self.touched_streams = self._draft_step = None
+        self._own_steps = self.touched_streams = self._draft_step = self._draft_running = None
         self.__class__ = RunState  # type: ignore[assignment]  # the same layout
         return self
 
@@ -154,6 +160,7 @@ def open_tx(base: RunState, now: float) -> Tx:
     tx.touched_streams = None
     tx._own_steps = None
     tx._draft_step = None
+    tx._draft_running = None
     tx.commands = []
     tx.quiet = False
     tx.config = base.config
@@ -200,11 +207,7 @@ def step_state(
     new.queue = queue
     new.in_progress = in_progress
     new.slots = slots
-    new.collect_buffers = current.collect_buffers
-    new.join_buffer = current.join_buffer
-    new.join_counts = current.join_counts
-    new.waiters = current.waiters
-    new.waiters_by_item = current.waiters_by_item
+    new.held = current.held
     return new
 
 
@@ -223,11 +226,7 @@ def writable_step(tx: Tx, step: str, current: StepRunState) -> StepRunState:
     new.queue = current.queue
     new.in_progress = current.in_progress
     new.slots = current.slots
-    new.collect_buffers = current.collect_buffers
-    new.join_buffer = current.join_buffer
-    new.join_counts = current.join_counts
-    new.waiters = current.waiters
-    new.waiters_by_item = current.waiters_by_item
+    new.held = current.held
     own = tx._own_steps  # tx.put_step(step, new) without its frame
     if own is None:
         own = tx._own_steps = dict(tx.steps)
@@ -252,8 +251,9 @@ def start_invocation(
     if current is None:
         current = tx.steps[step]
     slot, slots = _FIRST_SLOT if current is FRESH_STEP else current.slots.acquire()
-    waiters = current.waiters
-    item_waiters = current.waiters_by_item.get(item.work_item_id) if waiters.size else None
+    held = current.held
+    waiters = held.waiters
+    item_waiters = held.waiters_by_item.get(item.work_item_id) if waiters.size else None
     resumed = item.resume_identity
     if resumed is None:  # a new invocation: mint its id
         seq = tx.invocation_seq
@@ -268,7 +268,7 @@ def start_invocation(
     invocation.item = item
     invocation.dispatched_at = tx.now
     invocation.received = received
-    invocation.collect_view = current.collect_buffers
+    invocation.collect_view = held.collect_buffers
     invocation.waiters_view = (
         {wid: waiters[wid] for wid in item_waiters} if item_waiters else _NO_WAITERS
     )
@@ -276,18 +276,28 @@ def start_invocation(
         new = current  # (an invocation of this step finished in this tick)
     else:
         new = _new(StepRunState)
-        new.collect_buffers = current.collect_buffers
-        new.join_buffer = current.join_buffer
-        new.join_counts = current.join_counts
-        new.waiters = waiters
-        new.waiters_by_item = current.waiters_by_item
+        new.held = held
         own = tx._own_steps  # tx.put_step(step, new) without its frame
         if own is None:
             own = tx._own_steps = dict(tx.steps)
             tx.steps = own
         own[step] = new
     new.queue = current.queue if queue is None else queue
-    new.in_progress = current.in_progress.set(inv_id, invocation)
+    in_progress = current.in_progress
+    if not in_progress.size:  # the step's only running invocation: its one-entry map,
+        new.in_progress = in_progress = _new(PMap)  # built as set() builds it
+        in_progress.root = (inv_id, invocation)
+        in_progress.size = 1
+    elif in_progress is tx._draft_running and in_progress.size < SMALL_MAP_SIZE:
+        # A map this reduction built (an invocation of this step finished, and this one
+        # takes its slot: a busy step's usual tick) is still under construction, held by
+        # nothing but the step's new state: it takes the new entry in place.
+        running = in_progress.root
+        running[inv_id] = invocation
+        in_progress.size = len(running)
+        new.in_progress = in_progress
+    else:
+        new.in_progress = in_progress.set(inv_id, invocation)
     new.slots = slots
     tx.running += 1
     if not tx.quiet:
@@ -342,12 +352,8 @@ def finish_invocation(
     current = tx.steps[step]
     if (
         current.in_progress.size == 1
-        and current.queue is FRESH_STEP.queue
-        and current.collect_buffers is FRESH_STEP.collect_buffers
-        and current.join_buffer is FRESH_STEP.join_buffer
-        and current.join_counts is FRESH_STEP.join_counts
-        and current.waiters is FRESH_STEP.waiters
-        and current.waiters_by_item is FRESH_STEP.waiters_by_item
+        and current.queue is _NO_QUEUE
+        and current.held is NOTHING_HELD
     ):
         # The step held nothing but this invocation (the usual case): it is fresh again,
         # and the fresh state is shared instead of built (put_step() without its frame).
@@ -357,9 +363,31 @@ def finish_invocation(
             tx.steps = own
         own[step] = FRESH_STEP
     else:
-        in_progress = current.in_progress.delete(invocation.invocation_id)
+        in_progress = current.in_progress
+        running = in_progress.root
+        inv_id = invocation.invocation_id
+        if type(running) is dict and in_progress.size > 2 and inv_id in running:
+            # delete() without its frame (a busy step's map is a small dict), and the
+            # new map is this reduction's draft (see ``start_invocation``).
+            running = running.copy()
+            del running[inv_id]
+            in_progress = tx._draft_running = _new(PMap)
+            in_progress.root = running
+            in_progress.size = len(running)
+        else:
+            in_progress = in_progress.delete(inv_id)
         slots = current.slots.release(invocation.worker_id)
-        new = writable_step(tx, step, current)
+        if current is tx._draft_step:  # writable_step() without its frame
+            new = current
+        else:
+            new = _new(StepRunState)
+            new.queue = current.queue
+            new.held = current.held
+            own = tx._own_steps
+            if own is None:
+                own = tx._own_steps = dict(tx.steps)
+                tx.steps = own
+            own[step] = tx._draft_step = new
         new.in_progress = in_progress
         new.slots = slots
     tx.running -= 1

@@ -317,7 +317,15 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
     # Find: the in-flight invocation; none for a discarded (cancelled) one.
     if not tx.live:
         return
-    invocation: Invocation | None = tx.steps[tick.step].in_progress.get(tick.invocation_id)
+    in_progress = tx.steps[tick.step].in_progress
+    pair = in_progress.root
+    invocation: Invocation | None
+    if type(pair) is tuple and pair[0] == tick.invocation_id:
+        invocation = pair[1]  # the step's only running invocation: get() without a frame
+    elif type(pair) is dict:
+        invocation = pair.get(tick.invocation_id)  # a busy step's: the same
+    else:
+        invocation = in_progress.get(tick.invocation_id)
     if invocation is None:
         return
     outcome = tick.outcome
@@ -368,7 +376,7 @@ def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> Non
         complete_run(tx, stop)
         return
     item = invocation.item
-    if tx.steps[invocation.step].waiters.size:  # the usual step has none: skip the call
+    if tx.steps[invocation.step].held.waiters.size:  # the usual step has none: skip the call
         delete_waiters(tx, invocation.step, item.work_item_id, None)
     if not is_list:
         if value is None:

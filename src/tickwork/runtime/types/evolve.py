@@ -29,7 +29,11 @@ _EVOLVERS: dict[type, Callable[..., Any]] = {}
 
 
 def _make_evolver(cls: type) -> Callable[..., Any]:
-    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    # A record whose constructor takes other parameters than its fields names them, in
+    # order, in ``__evolve_fields__`` (each one readable as an attribute).
+    names = getattr(cls, "__evolve_fields__", None) or [
+        f.name for f in dataclasses.fields(cls) if f.init
+    ]
     params = ", ".join(f"{name}=_M" for name in names)
     args = ", ".join(f"o.{name} if {name} is _M else {name}" for name in names)
     source = f"def evolve(o, *, {params}):\n    return _C({args})\n"

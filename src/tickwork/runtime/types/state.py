@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from tickwork.runtime.types.persistent import EMPTY_MAPPING, PList, PMap, PQueue
 from tickwork.runtime.types.slots import SlotPool
@@ -30,6 +30,7 @@ __all__ = [
     "HeldEvent",
     "Holdings",
     "NO_HOLDINGS",
+    "NOTHING_HELD",
     "UnclaimedEvent",
     "ReleaseState",
     "StreamState",
@@ -39,6 +40,7 @@ __all__ = [
     "NO_SENDS",
     "RunStatus",
     "SendIndexes",
+    "StepHeld",
     "StepRunState",
     "StepSpec",
     "Waiter",
@@ -356,17 +358,115 @@ class ReleaseState:
 
 
 @dataclass(slots=True)
-class StepRunState:
-    """The per-run state of one step."""
+class StepHeld:
+    """What a step holds beyond its queue and its running work: ``collect_events``
+    buffers, join arrivals and parked waiters.
 
-    queue: PQueue[WorkItem] = _EMPTY_QUEUE
-    in_progress: PMap[str, Invocation] = _EMPTY_MAP
-    slots: SlotPool = _NO_SLOTS
+    Most steps of most runs hold none of it, and they share ``NOTHING_HELD``: a step's
+    own record (``StepRunState``) then keeps one reference for all five, so building it
+    (the reducer does on every dispatch and every finished invocation) writes four
+    fields instead of eight, and "does the step hold anything?" is one identity test.
+    """
+
     collect_buffers: Mapping[str, CollectBuffer] = EMPTY_MAPPING
     join_buffer: PList[Any] = _EMPTY_LIST
     join_counts: Mapping[type, int] = EMPTY_MAPPING
     waiters: PMap[str, Waiter] = _EMPTY_MAP
     waiters_by_item: PMap[str, frozenset[str]] = _EMPTY_MAP
+
+
+NOTHING_HELD = StepHeld()
+"""The shared ``StepHeld`` of a step that holds nothing (compare with ``is``)."""
+
+
+def _held(
+    collect_buffers: Mapping[str, CollectBuffer],
+    join_buffer: PList[Any],
+    join_counts: Mapping[type, int],
+    waiters: PMap[str, Waiter],
+    waiters_by_item: PMap[str, frozenset[str]],
+) -> StepHeld:
+    """The ``StepHeld`` of these parts: the shared ``NOTHING_HELD`` when they are its
+    own (shared empty) parts, so that a step emptied again is recognized by identity."""
+    n = NOTHING_HELD
+    if (
+        collect_buffers is n.collect_buffers
+        and join_buffer is n.join_buffer
+        and join_counts is n.join_counts
+        and waiters is n.waiters
+        and waiters_by_item is n.waiters_by_item
+    ):
+        return n
+    return StepHeld(collect_buffers, join_buffer, join_counts, waiters, waiters_by_item)
+
+
+@dataclass(slots=True, init=False)
+class StepRunState:
+    """The per-run state of one step: its queue, its running work and its slots, and
+    (``held``) what it holds beyond them.
+
+    It is built and read as if it had all eight fields: the constructor takes them, and
+    ``collect_buffers``, ``join_buffer``, ``join_counts``, ``waiters`` and
+    ``waiters_by_item`` read through ``held`` (``evolve`` changes them as fields too).
+    """
+
+    queue: PQueue[WorkItem]
+    in_progress: PMap[str, Invocation]
+    slots: SlotPool
+    held: StepHeld
+
+    __evolve_fields__: ClassVar[tuple[str, ...]] = (
+        "queue",
+        "in_progress",
+        "slots",
+        "collect_buffers",
+        "join_buffer",
+        "join_counts",
+        "waiters",
+        "waiters_by_item",
+    )
+    """The constructor's parameters, in order: what ``evolve`` copies and changes."""
+
+    def __init__(
+        self,
+        queue: PQueue[WorkItem] = _EMPTY_QUEUE,
+        in_progress: PMap[str, Invocation] = _EMPTY_MAP,
+        slots: SlotPool = _NO_SLOTS,
+        collect_buffers: Mapping[str, CollectBuffer] = EMPTY_MAPPING,
+        join_buffer: PList[Any] = _EMPTY_LIST,
+        join_counts: Mapping[type, int] = EMPTY_MAPPING,
+        waiters: PMap[str, Waiter] = _EMPTY_MAP,
+        waiters_by_item: PMap[str, frozenset[str]] = _EMPTY_MAP,
+    ) -> None:
+        self.queue = queue
+        self.in_progress = in_progress
+        self.slots = slots
+        self.held = _held(collect_buffers, join_buffer, join_counts, waiters, waiters_by_item)
+
+    @property
+    def collect_buffers(self) -> Mapping[str, CollectBuffer]:
+        """The step's ``ctx.collect_events`` buffers, by buffer id."""
+        return self.held.collect_buffers
+
+    @property
+    def join_buffer(self) -> PList[Any]:
+        """A multi-slot step's arrivals not yet part of a batch, oldest first."""
+        return self.held.join_buffer
+
+    @property
+    def join_counts(self) -> Mapping[type, int]:
+        """How many arrivals of each type ``join_buffer`` holds."""
+        return self.held.join_counts
+
+    @property
+    def waiters(self) -> PMap[str, Waiter]:
+        """The step's ``wait_for_event`` waiters, by waiter id."""
+        return self.held.waiters
+
+    @property
+    def waiters_by_item(self) -> PMap[str, frozenset[str]]:
+        """The ids of the waiters of each work item."""
+        return self.held.waiters_by_item
 
     @property
     def busy_slots(self) -> frozenset[int]:
@@ -436,6 +536,7 @@ class ReductionSlots:
     """
 
     __slots__ = (
+        "_draft_running",
         "_draft_step",
         "_own_steps",
         "base",
