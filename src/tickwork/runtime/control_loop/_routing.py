@@ -60,6 +60,7 @@ from tickwork.runtime.types.persistent import PList, PQueue
 from tickwork.runtime.types.state import (
     BindingSpec,
     HeldEvent,
+    Invocation,
     StepSpec,
     WorkItem,
 )
@@ -123,31 +124,33 @@ def deliver_event(
             else:
                 opened += _arrive_at_join(tx, step, event, recovery_counts, scope_path)
             continue
-        # A plain step gets a new work item, dispatched or queued: the hottest
-        # construction of the reducer (a hop routes one event), so built here without a
-        # class call or a frame (see ``new_record``), every field written, as
-        # ``_work_item`` does; the id is minted as ``tx.mint_work_item()`` does.
+        # A plain step gets a new work item: the hottest construction of the reducer (a
+        # hop routes one event), so built here without a class call or a frame (see
+        # ``new_record``), every field written, and the id minted as
+        # ``tx.mint_work_item()`` does.  Started at once (the usual case), it is built as
+        # the invocation that runs it (``start_invocation`` writes the rest).
         seq = tx.work_item_seq
         tx.work_item_seq = seq + 1
-        item = _new(WorkItem)
-        item.work_item_id = f"wi-{seq}"
-        item.step = step
-        item.event = event
-        item.bound_events = None
-        item.scope_path = scope_path
-        item.recovery_counts = recovery_counts
-        item.attempts = 0
-        item.first_attempt_at = None
-        item.last_exception = None
-        item.last_failed_at = None
-        item.not_before = None
-        item.resume_identity = None
-        current = tx.steps[step]
-        if current.slots.busy < spec.num_workers:  # dispatch_or_queue() without its frame
-            start_invocation(tx, step, item, current)
-        else:
-            dispatch_or_queue(tx, step, item)
         opened += 1
+        current = tx.steps[step]
+        if current.slots.busy >= spec.num_workers:  # every slot taken: it queues
+            item = _work_item(f"wi-{seq}", step, event, scope_path, recovery_counts)
+            dispatch_or_queue(tx, step, item)
+            continue
+        invocation = _new(Invocation)
+        invocation.work_item_id = f"wi-{seq}"
+        invocation.step = step
+        invocation.event = event
+        invocation.bound_events = None
+        invocation.scope_path = scope_path
+        invocation.recovery_counts = recovery_counts
+        invocation.attempts = 0
+        invocation.first_attempt_at = None
+        invocation.last_exception = None
+        invocation.last_failed_at = None
+        invocation.not_before = None
+        invocation.resume_identity = None
+        start_invocation(tx, step, invocation, current)
     if not delivered and not isinstance(event, InputRequiredEvent):
         _publish_unhandled(tx, event, target)
         keep_unclaimed(tx, event, producer)
@@ -395,7 +398,8 @@ def _work_item(
     recovery_counts: Mapping[str, int],
 ) -> WorkItem:
     """A new work item delivering ``event`` to ``step``: ``WorkItem(...)`` without a class
-    call (see ``new_record``), every field written, as in ``deliver_event``."""
+    call (see ``new_record``), every field written (``deliver_event`` builds its
+    invocations the same way)."""
     item = _new(WorkItem)
     item.work_item_id = work_item_id
     item.step = step
@@ -519,7 +523,7 @@ def _cut_stream(tx: Tx, stream: str) -> None:
         for invocation in sorted(
             tx.steps[step].in_progress.values(), key=lambda inv: invocation_order(inv.invocation_id)
         ):
-            if inside(invocation.item.scope_path):
+            if inside(invocation.scope_path):
                 tx.emit(CancelWorker(invocation.invocation_id))
                 finish_invocation(tx, invocation, publish=True, output=None)
         for waiter in sorted(tx.steps[step].waiters.values(), key=waiter_order):

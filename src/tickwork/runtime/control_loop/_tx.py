@@ -21,7 +21,6 @@ from tickwork.runtime.types.commands import (
     PublishStepState,
     RunWorker,
 )
-from tickwork.runtime.types.evolve import evolve as replace
 from tickwork.runtime.types.evolve import new_record as _new
 from tickwork.runtime.types.persistent import SMALL_MAP_SIZE, PMap, PQueue
 from tickwork.runtime.types.slots import SlotPool
@@ -244,13 +243,21 @@ def start_invocation(
 ) -> None:
     """Dispatch ``item`` to the smallest free slot: record the invocation, ask for a worker.
 
-    ``current`` is the step's state when the caller already holds it; ``queue`` is the
-    step's queue once ``item`` was taken from it (a drained item), so that the step's
-    new state is built once.
+    ``item`` is a ``WorkItem`` (queued, handed over, re-delivered), whose fields the
+    new ``Invocation`` copies, or an ``Invocation`` this reduction has just made with
+    only its work item's fields written, which is completed in place: ``deliver_event``
+    starts a plain step that way, one record per hop.  No other ``Invocation`` may be
+    passed (one the state holds is turned into a ``WorkItem`` first, see
+    ``Invocation.work_item``).  ``current`` is the step's state when the caller already
+    holds it; ``queue`` is the step's queue once ``item`` was taken from it (a drained
+    item), so that the step's new state is built once.
     """
     if current is None:
         current = tx.steps[step]
-    slot, slots = _FIRST_SLOT if current is FRESH_STEP else current.slots.acquire()
+    if current is FRESH_STEP:
+        slot, slots = _FIRST_SLOT
+    else:  # a shared pool knows what acquire() gives: no call
+        slot, slots = current.slots.acquired or current.slots.acquire()
     held = current.held
     waiters = held.waiters
     item_waiters = held.waiters_by_item.get(item.work_item_id) if waiters.size else None
@@ -260,12 +267,25 @@ def start_invocation(
         tx.invocation_seq = seq + 1
         inv_id, received = f"inv-{seq}", NO_SENDS  # invocation_id(seq), see mint_work_item
     else:
-        (inv_id, received), item = resumed, replace(item, resume_identity=None)
-    invocation = _new(Invocation)
+        inv_id, received = resumed
+    if type(item) is Invocation:  # deliver_event's: its work item's fields are written
+        invocation = item
+    else:  # Invocation(...) without a class call: the work item's fields, then its own
+        invocation = _new(Invocation)
+        invocation.work_item_id = item.work_item_id
+        invocation.step = step
+        invocation.event = item.event
+        invocation.bound_events = item.bound_events
+        invocation.scope_path = item.scope_path
+        invocation.recovery_counts = item.recovery_counts
+        invocation.attempts = item.attempts
+        invocation.first_attempt_at = item.first_attempt_at
+        invocation.last_exception = item.last_exception
+        invocation.last_failed_at = item.last_failed_at
+        invocation.not_before = item.not_before
+        invocation.resume_identity = None
     invocation.invocation_id = inv_id
-    invocation.step = step
     invocation.worker_id = slot
-    invocation.item = item
     invocation.dispatched_at = tx.now
     invocation.received = received
     invocation.collect_view = held.collect_buffers
@@ -328,7 +348,15 @@ def drain_queue(tx: Tx, step: str) -> None:
         queue = current.queue
         if not queue.size or current.slots.busy >= workers:
             return
-        item, rest = queue.popleft()
+        front = queue._front  # popleft() without its frame (a busy step drains one per tick)
+        if front is not None:
+            item = front[0]
+            rest = _new(PQueue)
+            rest._front = front[1]
+            rest._back = queue._back
+            rest.size = queue.size - 1
+        else:
+            item, rest = queue.popleft()
         if item.not_before is not None and item.not_before > now:
             # A delayed retry at the front (rare): take the first item that is due.
             due, rest = queue.pop_first(lambda it: it.not_before is None or it.not_before <= now)
@@ -396,7 +424,7 @@ def finish_invocation(
         command.step = step
         command.state = "not_running"
         command.worker_id = WORKER_NAMES[invocation.worker_id]
-        command.input_type = type(invocation.item.event)
+        command.input_type = type(invocation.event)
         command.output_type = output
         command.has_output = has_output
         command.event = value

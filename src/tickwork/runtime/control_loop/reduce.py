@@ -266,7 +266,8 @@ def _rewind_in_flight(tx: Tx) -> None:
         queue = current.queue
         for invocation in reversed(interrupted):
             identity = (invocation.invocation_id, invocation.received)
-            queue = queue.appendleft(replace(invocation.item, resume_identity=identity))
+            item = replace(invocation.work_item(), resume_identity=identity)
+            queue = queue.appendleft(item)
         tx.put_step(
             step,
             replace(
@@ -344,9 +345,7 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
     elif isinstance(outcome, Suspended):
         finish_invocation(tx, invocation, publish=True, output=None)
         if outcome.deleted_waiters:
-            delete_waiters(
-                tx, invocation.step, invocation.item.work_item_id, outcome.deleted_waiters
-            )
+            delete_waiters(tx, invocation.step, invocation.work_item_id, outcome.deleted_waiters)
         register_waiter(tx, invocation, outcome)
     else:
         assert isinstance(outcome, Failed)
@@ -359,7 +358,7 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
 def _rerun_stale_invocation(tx: Tx, invocation: Invocation) -> None:
     """The collect view went stale: run the same work item again, silently."""
     finish_invocation(tx, invocation, False)
-    start_invocation(tx, invocation.step, invocation.item)
+    start_invocation(tx, invocation.step, invocation.work_item())
 
 
 def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> None:
@@ -375,7 +374,7 @@ def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> Non
     if stop is not None:
         complete_run(tx, stop)
         return
-    item = invocation.item
+    item = invocation  # the work item it ran
     if tx.steps[invocation.step].held.waiters.size:  # the usual step has none: skip the call
         delete_waiters(tx, invocation.step, item.work_item_id, None)
     if not is_list:
@@ -398,7 +397,7 @@ def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> Non
 
 def _fan_out(tx: Tx, invocation: Invocation, events: list[Any]) -> None:
     """Open a stream for a returned list and deliver its elements inside it."""
-    item = invocation.item
+    item = invocation  # the work item it ran
     seq = tx.stream_seq
     tx.stream_seq = seq + 1
     new_stream = stream_id(item.scope_path, invocation.step, seq)
@@ -425,8 +424,8 @@ def _apply_failure(tx: Tx, invocation: Invocation, outcome: Failed) -> None:
     """Retry the work item, hand it to its ``@catch_error`` owner, or fail the run."""
     finish_invocation(tx, invocation, publish=True, output=None)
     if outcome.deleted_waiters:
-        delete_waiters(tx, invocation.step, invocation.item.work_item_id, outcome.deleted_waiters)
-    item = invocation.item
+        delete_waiters(tx, invocation.step, invocation.work_item_id, outcome.deleted_waiters)
+    item = invocation  # the work item it ran
     if outcome.retry_delay is not None:
         _queue_retry(tx, invocation, outcome)
         return
@@ -445,7 +444,7 @@ def _hand_to_catch_error(
     owner = tx.config.catch_error_owner.get(invocation.step)
     if owner is None:
         return False
-    item = invocation.item
+    item = invocation  # the work item it ran
     used = item.recovery_counts.get(owner, 0)
     if used + 1 > tx.spec(owner).max_recoveries:
         return False
@@ -471,11 +470,11 @@ def _hand_to_catch_error(
 
 def _queue_retry(tx: Tx, invocation: Invocation, outcome: Failed) -> None:
     delay = outcome.retry_delay or 0.0
-    first = invocation.item.first_attempt_at
+    first = invocation.first_attempt_at
     item = replace(
-        invocation.item,
+        invocation.work_item(),  # the queued retry outlives the invocation
         first_attempt_at=first if first is not None else invocation.dispatched_at,
-        attempts=invocation.item.attempts + 1,
+        attempts=invocation.attempts + 1,
         last_exception=outcome.exception,
         last_failed_at=outcome.failed_at,
         not_before=(outcome.failed_at + delay) if delay > 0 else None,

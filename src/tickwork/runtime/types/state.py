@@ -322,18 +322,92 @@ class SendIndexes:
 NO_SENDS = SendIndexes()
 
 
-@dataclass(slots=True)
-class Invocation:
-    """One execution of a step body for a work item, and what it saw at dispatch."""
+@dataclass(slots=True, init=False, kw_only=True)  # kw_only: fields without defaults
+class Invocation(WorkItem):
+    """One execution of a step body for a work item, and what it saw at dispatch.
+
+    It carries the work item's fields itself (it is a ``WorkItem``), so a dispatch builds
+    one record, not a work item and then an invocation.  ``item`` gives the work item as
+    a plain ``WorkItem`` record, equal to the one dispatched; the reducer stores such a
+    record (``work_item()``) where the work item outlives the invocation (a retry, a
+    waiter, a rewind), never the invocation.
+
+    The constructor takes the work item (``Invocation(invocation_id, step, worker_id,
+    item, dispatched_at, ...)``) and copies its fields; ``evolve`` works the same way.
+    """
 
     invocation_id: str
-    step: str
     worker_id: int
-    item: WorkItem
     dispatched_at: float
-    received: SendIndexes = NO_SENDS
-    collect_view: Mapping[str, CollectBuffer] = EMPTY_MAPPING
-    waiters_view: Mapping[str, Waiter] = EMPTY_MAPPING
+    received: SendIndexes
+    collect_view: Mapping[str, CollectBuffer]
+    waiters_view: Mapping[str, Waiter]
+
+    __evolve_fields__: ClassVar[tuple[str, ...]] = (
+        "invocation_id",
+        "step",
+        "worker_id",
+        "item",
+        "dispatched_at",
+        "received",
+        "collect_view",
+        "waiters_view",
+    )
+    """The constructor's parameters, in order: what ``evolve`` copies and changes."""
+
+    def __init__(
+        self,
+        invocation_id: str,
+        step: str,
+        worker_id: int,
+        item: WorkItem,
+        dispatched_at: float,
+        received: SendIndexes = NO_SENDS,
+        collect_view: Mapping[str, CollectBuffer] = EMPTY_MAPPING,
+        waiters_view: Mapping[str, Waiter] = EMPTY_MAPPING,
+    ) -> None:
+        self.work_item_id = item.work_item_id
+        self.step = step
+        self.event = item.event
+        self.bound_events = item.bound_events
+        self.scope_path = item.scope_path
+        self.recovery_counts = item.recovery_counts
+        self.attempts = item.attempts
+        self.first_attempt_at = item.first_attempt_at
+        self.last_exception = item.last_exception
+        self.last_failed_at = item.last_failed_at
+        self.not_before = item.not_before
+        self.resume_identity = item.resume_identity
+        self.invocation_id = invocation_id
+        self.worker_id = worker_id
+        self.dispatched_at = dispatched_at
+        self.received = received
+        self.collect_view = collect_view
+        self.waiters_view = waiters_view
+
+    @property
+    def item(self) -> WorkItem:
+        """The work item this invocation runs, as a plain ``WorkItem`` record (a new
+        one, equal to the one dispatched: hot paths read the fields directly)."""
+        return WorkItem(
+            self.work_item_id,
+            self.step,
+            self.event,
+            self.bound_events,
+            self.scope_path,
+            self.recovery_counts,
+            self.attempts,
+            self.first_attempt_at,
+            self.last_exception,
+            self.last_failed_at,
+            self.not_before,
+            self.resume_identity,
+        )
+
+    def work_item(self) -> WorkItem:
+        """``item``, for the reducer: a record that outlives the invocation (a queued
+        retry, a waiter) holds a plain ``WorkItem``, never the invocation."""
+        return self.item
 
 
 @dataclass(slots=True)
