@@ -140,9 +140,12 @@ class Tx(RunState):
 
     def commit(self) -> RunState:
         """The new run state: this object, as a ``RunState``, its references to the input
-        state and to the commands dropped (the new state must keep neither alive)."""
+        state and to the commands dropped (the new state must keep neither alive), and
+        to the drafts (which another phase may have replaced).  ``_own_steps`` (``None``
+        or ``steps`` itself) and ``touched_streams`` (``None`` after every tick) keep
+        nothing else alive, and stay."""
         self.base = self.commands = _CLEARED
-        self._own_steps = self.touched_streams = self._draft_step = self._draft_running = None
+        self._draft_step = self._draft_running = None
         self.__class__ = RunState  # type: ignore[assignment]  # the same layout
         return self
 
@@ -259,8 +262,12 @@ def start_invocation(
     else:  # a shared pool knows what acquire() gives: no call
         slot, slots = current.slots.acquired or current.slots.acquire()
     held = current.held
-    waiters = held.waiters
-    item_waiters = held.waiters_by_item.get(item.work_item_id) if waiters.size else None
+    if held is NOTHING_HELD:  # the usual step: no waiter can concern the item
+        waiters_view = _NO_WAITERS
+    else:
+        waiters = held.waiters
+        ids = held.waiters_by_item.get(item.work_item_id) if waiters.size else None
+        waiters_view = {wid: waiters[wid] for wid in ids} if ids else _NO_WAITERS
     resumed = item.resume_identity
     if resumed is None:  # a new invocation: mint its id
         seq = tx.invocation_seq
@@ -289,9 +296,7 @@ def start_invocation(
     invocation.dispatched_at = tx.now
     invocation.received = received
     invocation.collect_view = held.collect_buffers
-    invocation.waiters_view = (
-        {wid: waiters[wid] for wid in item_waiters} if item_waiters else _NO_WAITERS
-    )
+    invocation.waiters_view = waiters_view
     if current is tx._draft_step:  # writable_step() spelled out: every hop dispatches
         new = current  # (an invocation of this step finished in this tick)
     else:

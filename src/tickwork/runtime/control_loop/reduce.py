@@ -364,33 +364,42 @@ def _rerun_stale_invocation(tx: Tx, invocation: Invocation) -> None:
 def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> None:
     """Publish NOT_RUNNING, then emit what the body returned, then settle the item."""
     value = outcome.value
-    is_list = isinstance(value, list)
-    last = (value[-1] if value else None) if is_list else value
-    finish_invocation(tx, invocation, True, type(last), True, value)
-    if is_list:
-        stop = next((ev for ev in value if IS_STOP[type(ev)]), None)
-    else:
-        stop = value if IS_STOP[type(value)] else None
+    if isinstance(value, list):
+        _apply_returned_list(tx, invocation, value)
+        return
+    event_type = type(value)
+    finish_invocation(tx, invocation, True, event_type, True, value)
+    if IS_STOP[event_type]:
+        complete_run(tx, value)
+        return
+    if tx.steps[invocation.step].held.waiters.size:  # the usual step has none: skip the call
+        delete_waiters(tx, invocation.step, invocation.work_item_id, None)
+    if value is None:
+        opened = 0
+    elif IS_INPUT_REQUIRED[event_type]:
+        opened = emit_event(tx, value, invocation)
+    else:  # emit_event() without its frame: one returned event, the usual case
+        opened = deliver_event(
+            tx, value, None, invocation.recovery_counts, invocation.scope_path, invocation.step
+        )
+    if tx.live and invocation.scope_path:
+        settle_in_stream(tx, invocation.scope_path, "completed", opened)
+
+
+def _apply_returned_list(tx: Tx, invocation: Invocation, events: list[Any]) -> None:
+    """``_apply_completion`` for a returned list: a fan-out, or several events."""
+    finish_invocation(tx, invocation, True, type(events[-1] if events else None), True, events)
+    stop = next((ev for ev in events if IS_STOP[type(ev)]), None)
     if stop is not None:
         complete_run(tx, stop)
         return
     item = invocation  # the work item it ran
-    if tx.steps[invocation.step].held.waiters.size:  # the usual step has none: skip the call
+    if tx.steps[invocation.step].held.waiters.size:
         delete_waiters(tx, invocation.step, item.work_item_id, None)
-    if not is_list:
-        if value is None:
-            opened = 0
-        elif IS_INPUT_REQUIRED[type(value)]:
-            opened = emit_event(tx, value, item)
-        else:  # emit_event() without its frame: one returned event, the usual case
-            opened = deliver_event(
-                tx, value, None, item.recovery_counts, item.scope_path, item.step
-            )
-    elif tx.spec(invocation.step).is_fan_out:
-        _fan_out(tx, invocation, value)
+    if tx.spec(invocation.step).is_fan_out:
+        _fan_out(tx, invocation, events)
         return
-    else:
-        opened = emit_events(tx, value, item.recovery_counts, item.scope_path, item.step)
+    opened = emit_events(tx, events, item.recovery_counts, item.scope_path, item.step)
     if tx.live and item.scope_path:
         settle_in_stream(tx, item.scope_path, "completed", opened)
 
