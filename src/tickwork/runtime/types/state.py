@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from tickwork.runtime.types.evolve import MISSING, new_record, register_evolver
 from tickwork.runtime.types.persistent import EMPTY_MAPPING, PList, PMap, PQueue
 from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.waiter_index import WaiterIndex
@@ -333,7 +334,7 @@ class Invocation(WorkItem):
     waiter, a rewind), never the invocation.
 
     The constructor takes the work item (``Invocation(invocation_id, step, worker_id,
-    item, dispatched_at, ...)``) and copies its fields; ``evolve`` works the same way.
+    item, dispatched_at, ...)``) and copies its fields; ``evolve`` changes any field.
     """
 
     invocation_id: str
@@ -343,17 +344,8 @@ class Invocation(WorkItem):
     collect_view: Mapping[str, CollectBuffer]
     waiters_view: Mapping[str, Waiter]
 
-    __evolve_fields__: ClassVar[tuple[str, ...]] = (
-        "invocation_id",
-        "step",
-        "worker_id",
-        "item",
-        "dispatched_at",
-        "received",
-        "collect_view",
-        "waiters_view",
-    )
-    """The constructor's parameters, in order: what ``evolve`` copies and changes."""
+    __evolve_by_writes__: ClassVar[bool] = True
+    """``evolve`` changes its fields, building the copy without the constructor."""
 
     def __init__(
         self,
@@ -479,27 +471,16 @@ class StepRunState:
     """The per-run state of one step: its queue, its running work and its slots, and
     (``held``) what it holds beyond them.
 
-    It is built and read as if it had all eight fields: the constructor takes them, and
+    It is built and read as if it had all eight fields: the constructor takes them,
     ``collect_buffers``, ``join_buffer``, ``join_counts``, ``waiters`` and
-    ``waiters_by_item`` read through ``held`` (``evolve`` changes them as fields too).
+    ``waiters_by_item`` read through ``held``, and ``evolve`` changes any of the eight
+    (``_evolve_step``).
     """
 
     queue: PQueue[WorkItem]
     in_progress: PMap[str, Invocation]
     slots: SlotPool
     held: StepHeld
-
-    __evolve_fields__: ClassVar[tuple[str, ...]] = (
-        "queue",
-        "in_progress",
-        "slots",
-        "collect_buffers",
-        "join_buffer",
-        "join_counts",
-        "waiters",
-        "waiters_by_item",
-    )
-    """The constructor's parameters, in order: what ``evolve`` copies and changes."""
 
     def __init__(
         self,
@@ -546,6 +527,47 @@ class StepRunState:
     def busy_slots(self) -> frozenset[int]:
         """The slots of the running invocations (O(running); for inspection)."""
         return frozenset(inv.worker_id for inv in self.in_progress.values())
+
+
+def _evolve_step(
+    o: StepRunState,
+    *,
+    queue: PQueue[WorkItem] = MISSING,
+    in_progress: PMap[str, Invocation] = MISSING,
+    slots: SlotPool = MISSING,
+    collect_buffers: Mapping[str, CollectBuffer] = MISSING,
+    join_buffer: PList[Any] = MISSING,
+    join_counts: Mapping[type, int] = MISSING,
+    waiters: PMap[str, Waiter] = MISSING,
+    waiters_by_item: PMap[str, frozenset[str]] = MISSING,
+) -> StepRunState:
+    """``evolve`` for a step's state: its own fields written, ``held`` shared unless one
+    of its parts changes (built without the constructor, see ``new_record``)."""
+    new: StepRunState = new_record(StepRunState)
+    new.queue = o.queue if queue is MISSING else queue
+    new.in_progress = o.in_progress if in_progress is MISSING else in_progress
+    new.slots = o.slots if slots is MISSING else slots
+    held = o.held
+    if (
+        collect_buffers is MISSING
+        and join_buffer is MISSING
+        and join_counts is MISSING
+        and waiters is MISSING
+        and waiters_by_item is MISSING
+    ):
+        new.held = held
+    else:
+        new.held = _held(
+            held.collect_buffers if collect_buffers is MISSING else collect_buffers,
+            held.join_buffer if join_buffer is MISSING else join_buffer,
+            held.join_counts if join_counts is MISSING else join_counts,
+            held.waiters if waiters is MISSING else waiters,
+            held.waiters_by_item if waiters_by_item is MISSING else waiters_by_item,
+        )
+    return new
+
+
+register_evolver(StepRunState, _evolve_step)
 
 
 @dataclass(slots=True)
