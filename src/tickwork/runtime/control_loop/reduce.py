@@ -351,7 +351,7 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
         assert isinstance(outcome, Failed)
         _apply_failure(tx, invocation, outcome)
     # Finalize: a slot was freed (tx.queued: no step has a queue, the usual case).
-    if tx.live and tx.queued and tx.steps[tick.step].queue.size:
+    if tx.queued and tx.live and tx.steps[tick.step].queue.size:
         drain_queue(tx, tick.step)
 
 
@@ -382,7 +382,7 @@ def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> Non
         opened = deliver_event(
             tx, value, None, invocation.recovery_counts, invocation.scope_path, invocation.step
         )
-    if tx.live and invocation.scope_path:
+    if invocation.scope_path and tx.live:  # (a top-level item has nothing to settle)
         settle_in_stream(tx, invocation.scope_path, "completed", opened)
 
 
