@@ -83,7 +83,7 @@ def _preparing(step: str, worker_id: str, input_type: type) -> StepStateRecord:
 
 def _running_record(command: RunWorker) -> StepStateRecord:
     invocation = command.invocation
-    event_type = type(invocation.item.event)
+    event_type = type(invocation.event)
     # A class is hashable; the lru_cache stub asks for Hashable, which type[Any] is not.
     return running_record(invocation.step, invocation.worker_id, event_type)  # type: ignore[arg-type]
 

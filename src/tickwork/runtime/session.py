@@ -852,6 +852,6 @@ class RunSession(DoneFlag):
             self.config.workflow_name,
             invocation.step,
             invocation.worker_id,
-            invocation.item.event,
-            invocation.item.attempts,
+            invocation.event,
+            invocation.attempts,
         )

@@ -261,7 +261,7 @@ class StepScope:
                 step,
                 emission_key=key,
                 source_step=self.invocation.step,
-                recovery_counts=self.invocation.item.recovery_counts,
+                recovery_counts=self.invocation.recovery_counts,
             )
         )
 
@@ -311,7 +311,7 @@ class StepScope:
         timeout: float | None,
     ) -> Any:
         """The resolved event, or raise: ``TimeoutError`` or ``Suspend``."""
-        item = self.invocation.item
+        item = self.invocation  # the work item it runs
         wid = waiter_id or implicit_waiter_id(event_type, requirements, item.work_item_id)
         waiter = self.invocation.waiters_view.get(wid)
         if waiter is not None and waiter.resolved_event is not None:
@@ -330,13 +330,13 @@ class StepScope:
     def idempotency_key(self) -> str:
         """``run-id:invocation-id:attempt``: stable across re-runs of this invocation."""
         invocation = self.invocation
-        return f"{self.session.run_id}:{invocation.invocation_id}:{invocation.item.attempts}"
+        return f"{self.session.run_id}:{invocation.invocation_id}:{invocation.attempts}"
 
     # -- retry info ------------------------------------------------------------------
 
     def retry_info(self) -> RetryInfo:
         """This invocation's retry state (``retry_number`` 0 on the first attempt)."""
-        item = self.invocation.item
+        item = self.invocation  # the work item it runs
         first = item.first_attempt_at or self.invocation.dispatched_at
         failed_at = (
             datetime.fromtimestamp(item.last_failed_at, tz=timezone.utc)

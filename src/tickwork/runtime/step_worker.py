@@ -200,7 +200,7 @@ def _in_step_thread(scope: StepScope, fn: Callable[..., Any], kwargs: dict[str, 
 def _bind_arguments(
     invocation: Invocation, invoker: StepInvoker, scope: StepScope
 ) -> dict[str, Any]:
-    item = invocation.item
+    item = invocation  # the work item it runs (an Invocation carries its fields)
     kwargs: dict[str, Any]
     if invoker.collection_param is not None:
         kwargs = {invoker.collection_param: list(getattr(item.event, "events", []))}
@@ -216,7 +216,7 @@ def _bind_arguments(
 def _call_direct(invocation: Invocation, invoker: StepInvoker, scope: StepScope) -> Any:
     """Call a direct body (see ``StepInvoker.positional``); returns its coroutine."""
     positional = invoker.positional
-    event = invocation.item.event
+    event = invocation.event
     if positional == CONTEXT_FIRST:
         return invoker.fn(scope.context(), event)
     if positional == EVENT_FIRST:
@@ -270,7 +270,7 @@ def _failure(
     policy = invoker.retry_policy
     delay: float | None = None
     if policy is not None:
-        item = invocation.item
+        item = invocation  # the work item it runs
         attempts = item.attempts + 1
         first = item.first_attempt_at or invocation.dispatched_at
         try:
@@ -315,7 +315,7 @@ async def execute_invocation(session: WorkerHost, invocation: Invocation, lane: 
             if invoker.direct:
                 CURRENT_SCOPE.set(weakref.ref(scope))
                 if invoker.positional == EVENT_ONLY:  # the simplest body: no frame more
-                    value = await invoker.fn(invocation.item.event)
+                    value = await invoker.fn(invocation.event)
                 else:
                     value = await _call_direct(invocation, invoker, scope)
                 kind = type(value)

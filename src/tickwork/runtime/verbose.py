@@ -80,7 +80,7 @@ class VerbosePrinter:
         if isinstance(item, RunWorker):
             invocation = item.invocation
             tag = f"[{invocation.step}:{invocation.worker_id}]"
-            self._sink(f"{tag} started with {summarize(invocation.item.event)}")
+            self._sink(f"{tag} started with {summarize(invocation.event)}")
         elif isinstance(item, PublishStepState):
             self._step_state(item)
         elif isinstance(item, StopEvent):

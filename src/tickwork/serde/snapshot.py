@@ -215,7 +215,7 @@ class _Encoder:
 
     def keyed_invocation(self, inv: Invocation) -> tuple[int, dict[str, Any]]:
         """The sort key of a running invocation and its encoding."""
-        item = inv.item
+        item: WorkItem = inv  # its work item's fields: encoded and cached per invocation
         hit = self.old_values.get(id(item))
         if hit is not None and hit[0] is item:  # queued before: cached_item() inline
             self.touched += 1

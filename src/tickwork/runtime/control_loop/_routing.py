@@ -58,7 +58,9 @@ from tickwork.runtime.types.evolve import new_record as _new
 from tickwork.runtime.types.kinds import IS_INPUT_REQUIRED
 from tickwork.runtime.types.persistent import PList, PQueue
 from tickwork.runtime.types.state import (
+    BindingSpec,
     HeldEvent,
+    Invocation,
     StepSpec,
     WorkItem,
 )
@@ -109,12 +111,46 @@ def deliver_event(
         woken = resolve_waiters(tx, event)
         delivered = bool(woken)
     opened = 0
-    routes = (target,) if target is not None else tx.config.routes[type(event)]
+    config = tx.config
+    routes = (target,) if target is not None else config.routes[type(event)]
     for step in routes:
         if step in woken:
             continue
-        opened += _route_to_step(tx, step, event, recovery_counts, scope_path)
         delivered = True
+        spec = config.steps[step]
+        if spec.kind != "plain":  # a list[E] or multi-slot step: the event is buffered
+            if spec.kind == "collect":  # (a member of a stream: no open work item)
+                _arrive_at_collect_step(tx, step, event, scope_path)
+            else:
+                opened += _arrive_at_join(tx, step, event, recovery_counts, scope_path)
+            continue
+        # A plain step gets a new work item: the hottest construction of the reducer (a
+        # hop routes one event), so built here without a class call or a frame (see
+        # ``new_record``), every field written, and the id minted as
+        # ``tx.mint_work_item()`` does.  Started at once (the usual case), it is built as
+        # the invocation that runs it (``start_invocation`` writes the rest).
+        seq = tx.work_item_seq
+        tx.work_item_seq = seq + 1
+        opened += 1
+        current = tx.steps[step]
+        if current.slots.busy >= spec.num_workers:  # every slot taken: it queues
+            item = _work_item(f"wi-{seq}", step, event, scope_path, recovery_counts)
+            dispatch_or_queue(tx, step, item)
+            continue
+        invocation = _new(Invocation)
+        invocation.work_item_id = f"wi-{seq}"
+        invocation.step = step
+        invocation.event = event
+        invocation.bound_events = None
+        invocation.scope_path = scope_path
+        invocation.recovery_counts = recovery_counts
+        invocation.attempts = 0
+        invocation.first_attempt_at = None
+        invocation.last_exception = None
+        invocation.last_failed_at = None
+        invocation.not_before = None
+        invocation.resume_identity = None
+        start_invocation(tx, step, invocation, current)
     if not delivered and not isinstance(event, InputRequiredEvent):
         _publish_unhandled(tx, event, target)
         keep_unclaimed(tx, event, producer)
@@ -136,52 +172,21 @@ def release_held_events(tx: Tx) -> None:
             settle_in_stream(tx, held.scope_path, "completed", deliveries=opened)
 
 
-def _route_to_step(
-    tx: Tx,
-    step: str,
-    event: Any,
-    recovery_counts: Mapping[str, int],
-    scope_path: tuple[str, ...],
-) -> int:
-    """Deliver one event to one step; returns the open work items it created (0 or 1)."""
-    spec = tx.config.steps[step]
-    if spec.kind == "collect":
-        _arrive_at_collect_step(tx, step, event, scope_path)
-        return 0
-    if spec.kind == "join":
-        return _arrive_at_join(tx, step, event, recovery_counts, scope_path)
-    # The hottest construction of the reducer, so built without a class call (see
-    # ``new_record``), every field written: ``_work_item`` spelled out, without its
-    # frame.  The id is minted here: ``tx.mint_work_item()`` without its frame (a hop
-    # routes one event).
-    seq = tx.work_item_seq
-    tx.work_item_seq = seq + 1
-    item = _new(WorkItem)
-    item.work_item_id = f"wi-{seq}"
-    item.step = step
-    item.event = event
-    item.bound_events = None
-    item.scope_path = scope_path
-    item.recovery_counts = recovery_counts
-    item.attempts = 0
-    item.first_attempt_at = None
-    item.last_exception = None
-    item.last_failed_at = None
-    item.not_before = None
-    item.resume_identity = None
-    current = tx.steps[step]
-    if current.slots.busy < spec.num_workers:  # dispatch_or_queue() without its frame
-        start_invocation(tx, step, item, current)
-    else:
-        dispatch_or_queue(tx, step, item)
-    return 1
-
-
 def _arrive_at_collect_step(tx: Tx, step: str, event: Any, scope_path: tuple[str, ...]) -> None:
     """Buffer a stream member for the nearest enclosing stream bound to ``step``."""
     config = tx.config
-    found = nearest_binding(tx.streams, scope_path, config.collectors, step, type(event))
-    if found is None:
+    streams = tx.streams
+    pair = streams.root
+    binding: BindingSpec | None
+    if type(pair) is tuple and scope_path and pair[0] == scope_path[-1]:
+        # The innermost stream is the only open one (a flat fan-out, the usual case):
+        # ``nearest_binding`` without its frames.
+        stream_id = pair[0]
+        binding = config.collectors[pair[1].source_step, step, type(event)]
+    else:
+        found = nearest_binding(streams, scope_path, config.collectors, step, type(event))
+        stream_id, binding = found if found is not None else ("", None)
+    if binding is None:
         _log.warning(
             "%s reached the list[E] step %r outside any fan-out stream bound to it; "
             "list[E] steps only collect members of a stream, so it is ignored",
@@ -189,8 +194,7 @@ def _arrive_at_collect_step(tx: Tx, step: str, event: Any, scope_path: tuple[str
             step,
         )
         return
-    stream_id, binding = found
-    streams, releases, release = buffer_member(tx.streams, tx.releases, stream_id, binding, event)
+    streams, releases, release = buffer_member(streams, tx.releases, stream_id, binding, event)
     tx.streams = streams
     tx.releases = releases
     if release is not None:
@@ -394,7 +398,8 @@ def _work_item(
     recovery_counts: Mapping[str, int],
 ) -> WorkItem:
     """A new work item delivering ``event`` to ``step``: ``WorkItem(...)`` without a class
-    call (see ``new_record``), every field written, as in ``_route_to_step``."""
+    call (see ``new_record``), every field written (``deliver_event`` builds its
+    invocations the same way)."""
     item = _new(WorkItem)
     item.work_item_id = work_item_id
     item.step = step
@@ -448,11 +453,16 @@ def settle_in_stream(
     """
     if not scope_path or not tx.live:
         return
-    stream = tx.streams.get(scope_path[-1])
-    if stream is None:
-        return
+    streams = tx.streams
+    pair = streams.root
+    if type(pair) is tuple and pair[0] == scope_path[-1]:
+        stream = pair[1]  # the only open stream: get() without its frame
+    else:
+        stream = streams.get(scope_path[-1])
+        if stream is None:
+            return
     try:
-        tx.streams, open_work = settle_open(tx.streams, stream, kind, deliveries, new_bindings)
+        tx.streams, open_work = settle_open(streams, stream, kind, deliveries, new_bindings)
     except AccountingError as error:
         _fail_accounting(tx, scope_path[-1], error)
         return
@@ -513,7 +523,7 @@ def _cut_stream(tx: Tx, stream: str) -> None:
         for invocation in sorted(
             tx.steps[step].in_progress.values(), key=lambda inv: invocation_order(inv.invocation_id)
         ):
-            if inside(invocation.item.scope_path):
+            if inside(invocation.scope_path):
                 tx.emit(CancelWorker(invocation.invocation_id))
                 finish_invocation(tx, invocation, publish=True, output=None)
         for waiter in sorted(tx.steps[step].waiters.values(), key=waiter_order):

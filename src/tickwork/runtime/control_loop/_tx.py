@@ -21,15 +21,15 @@ from tickwork.runtime.types.commands import (
     PublishStepState,
     RunWorker,
 )
-from tickwork.runtime.types.evolve import evolve as replace
 from tickwork.runtime.types.evolve import new_record as _new
-from tickwork.runtime.types.persistent import PMap, PQueue
+from tickwork.runtime.types.persistent import SMALL_MAP_SIZE, PMap, PQueue
 from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.state import (
     EMPTY_PMAP,
     NO_HOLDINGS,
     NO_SENDS,
     NO_WAITER_INDEX,
+    NOTHING_HELD,
     Invocation,
     RunState,
     RunStatus,
@@ -41,6 +41,7 @@ from tickwork.runtime.types.state import (
 from tickwork.runtime.types.step_id import WORKER_NAMES
 
 FRESH_STEP = StepRunState()
+_NO_QUEUE = FRESH_STEP.queue
 _FIRST_SLOT = FRESH_STEP.slots.acquire()
 """What an idle, empty step's pool gives every time (slot 0, a shared pool): the usual
 step of a chain starts from ``FRESH_STEP`` on every hop."""
@@ -89,6 +90,10 @@ class Tx(RunState):
     """``steps`` once this reduction copied the input's map (see ``put_step``)."""
     _draft_step: StepRunState | None
     """The step state this reduction built last (see ``writable_step``)."""
+    _draft_running: PMap[str, Invocation] | None
+    """The in-flight map with a ``dict`` root this reduction built last: a queued
+    invocation that starts where one finished adds itself to it in place (see
+    ``start_invocation``)."""
     commands: list[Command]
     quiet: bool
     """Set by folds that drop commands: the per-step ones are then not even built."""
@@ -135,9 +140,12 @@ class Tx(RunState):
 
     def commit(self) -> RunState:
         """The new run state: this object, as a ``RunState``, its references to the input
-        state and to the commands dropped (the new state must keep neither alive)."""
+        state and to the commands dropped (the new state must keep neither alive), and
+        to the drafts (which another phase may have replaced).  ``_own_steps`` (``None``
+        or ``steps`` itself) and ``touched_streams`` (``None`` after every tick) keep
+        nothing else alive, and stay."""
         self.base = self.commands = _CLEARED
-        self._own_steps = self.touched_streams = self._draft_step = None
+        self._draft_step = self._draft_running = None
         self.__class__ = RunState  # type: ignore[assignment]  # the same layout
         return self
 
@@ -154,6 +162,7 @@ def open_tx(base: RunState, now: float) -> Tx:
     tx.touched_streams = None
     tx._own_steps = None
     tx._draft_step = None
+    tx._draft_running = None
     tx.commands = []
     tx.quiet = False
     tx.config = base.config
@@ -200,11 +209,7 @@ def step_state(
     new.queue = queue
     new.in_progress = in_progress
     new.slots = slots
-    new.collect_buffers = current.collect_buffers
-    new.join_buffer = current.join_buffer
-    new.join_counts = current.join_counts
-    new.waiters = current.waiters
-    new.waiters_by_item = current.waiters_by_item
+    new.held = current.held
     return new
 
 
@@ -223,11 +228,7 @@ def writable_step(tx: Tx, step: str, current: StepRunState) -> StepRunState:
     new.queue = current.queue
     new.in_progress = current.in_progress
     new.slots = current.slots
-    new.collect_buffers = current.collect_buffers
-    new.join_buffer = current.join_buffer
-    new.join_counts = current.join_counts
-    new.waiters = current.waiters
-    new.waiters_by_item = current.waiters_by_item
+    new.held = current.held
     own = tx._own_steps  # tx.put_step(step, new) without its frame
     if own is None:
         own = tx._own_steps = dict(tx.steps)
@@ -245,49 +246,83 @@ def start_invocation(
 ) -> None:
     """Dispatch ``item`` to the smallest free slot: record the invocation, ask for a worker.
 
-    ``current`` is the step's state when the caller already holds it; ``queue`` is the
-    step's queue once ``item`` was taken from it (a drained item), so that the step's
-    new state is built once.
+    ``item`` is a ``WorkItem`` (queued, handed over, re-delivered), whose fields the
+    new ``Invocation`` copies, or an ``Invocation`` this reduction has just made with
+    only its work item's fields written, which is completed in place: ``deliver_event``
+    starts a plain step that way, one record per hop.  No other ``Invocation`` may be
+    passed (one the state holds is turned into a ``WorkItem`` first, see
+    ``Invocation.work_item``).  ``current`` is the step's state when the caller already
+    holds it; ``queue`` is the step's queue once ``item`` was taken from it (a drained
+    item), so that the step's new state is built once.
     """
     if current is None:
         current = tx.steps[step]
-    slot, slots = _FIRST_SLOT if current is FRESH_STEP else current.slots.acquire()
-    waiters = current.waiters
-    item_waiters = current.waiters_by_item.get(item.work_item_id) if waiters.size else None
+    if current is FRESH_STEP:
+        slot, slots = _FIRST_SLOT
+    else:  # a shared pool knows what acquire() gives: no call
+        slot, slots = current.slots.acquired or current.slots.acquire()
+    held = current.held
+    if held is NOTHING_HELD:  # the usual step: no waiter can concern the item
+        waiters_view = _NO_WAITERS
+    else:
+        waiters = held.waiters
+        ids = held.waiters_by_item.get(item.work_item_id) if waiters.size else None
+        waiters_view = {wid: waiters[wid] for wid in ids} if ids else _NO_WAITERS
     resumed = item.resume_identity
     if resumed is None:  # a new invocation: mint its id
         seq = tx.invocation_seq
         tx.invocation_seq = seq + 1
         inv_id, received = f"inv-{seq}", NO_SENDS  # invocation_id(seq), see mint_work_item
     else:
-        (inv_id, received), item = resumed, replace(item, resume_identity=None)
-    invocation = _new(Invocation)
+        inv_id, received = resumed
+    if type(item) is Invocation:  # deliver_event's: its work item's fields are written
+        invocation = item
+    else:  # Invocation(...) without a class call: the work item's fields, then its own
+        invocation = _new(Invocation)
+        invocation.work_item_id = item.work_item_id
+        invocation.step = step
+        invocation.event = item.event
+        invocation.bound_events = item.bound_events
+        invocation.scope_path = item.scope_path
+        invocation.recovery_counts = item.recovery_counts
+        invocation.attempts = item.attempts
+        invocation.first_attempt_at = item.first_attempt_at
+        invocation.last_exception = item.last_exception
+        invocation.last_failed_at = item.last_failed_at
+        invocation.not_before = item.not_before
+        invocation.resume_identity = None
     invocation.invocation_id = inv_id
-    invocation.step = step
     invocation.worker_id = slot
-    invocation.item = item
     invocation.dispatched_at = tx.now
     invocation.received = received
-    invocation.collect_view = current.collect_buffers
-    invocation.waiters_view = (
-        {wid: waiters[wid] for wid in item_waiters} if item_waiters else _NO_WAITERS
-    )
+    invocation.collect_view = held.collect_buffers
+    invocation.waiters_view = waiters_view
     if current is tx._draft_step:  # writable_step() spelled out: every hop dispatches
         new = current  # (an invocation of this step finished in this tick)
     else:
         new = _new(StepRunState)
-        new.collect_buffers = current.collect_buffers
-        new.join_buffer = current.join_buffer
-        new.join_counts = current.join_counts
-        new.waiters = waiters
-        new.waiters_by_item = current.waiters_by_item
+        new.held = held
         own = tx._own_steps  # tx.put_step(step, new) without its frame
         if own is None:
             own = tx._own_steps = dict(tx.steps)
             tx.steps = own
         own[step] = new
     new.queue = current.queue if queue is None else queue
-    new.in_progress = current.in_progress.set(inv_id, invocation)
+    in_progress = current.in_progress
+    if not in_progress.size:  # the step's only running invocation: its one-entry map,
+        new.in_progress = in_progress = _new(PMap)  # built as set() builds it
+        in_progress.root = (inv_id, invocation)
+        in_progress.size = 1
+    elif in_progress is tx._draft_running and in_progress.size < SMALL_MAP_SIZE:
+        # A map this reduction built (an invocation of this step finished, and this one
+        # takes its slot: a busy step's usual tick) is still under construction, held by
+        # nothing but the step's new state: it takes the new entry in place.
+        running = in_progress.root
+        running[inv_id] = invocation
+        in_progress.size = len(running)
+        new.in_progress = in_progress
+    else:
+        new.in_progress = in_progress.set(inv_id, invocation)
     new.slots = slots
     tx.running += 1
     if not tx.quiet:
@@ -318,7 +353,15 @@ def drain_queue(tx: Tx, step: str) -> None:
         queue = current.queue
         if not queue.size or current.slots.busy >= workers:
             return
-        item, rest = queue.popleft()
+        front = queue._front  # popleft() without its frame (a busy step drains one per tick)
+        if front is not None:
+            item = front[0]
+            rest = _new(PQueue)
+            rest._front = front[1]
+            rest._back = queue._back
+            rest.size = queue.size - 1
+        else:
+            item, rest = queue.popleft()
         if item.not_before is not None and item.not_before > now:
             # A delayed retry at the front (rare): take the first item that is due.
             due, rest = queue.pop_first(lambda it: it.not_before is None or it.not_before <= now)
@@ -342,12 +385,8 @@ def finish_invocation(
     current = tx.steps[step]
     if (
         current.in_progress.size == 1
-        and current.queue is FRESH_STEP.queue
-        and current.collect_buffers is FRESH_STEP.collect_buffers
-        and current.join_buffer is FRESH_STEP.join_buffer
-        and current.join_counts is FRESH_STEP.join_counts
-        and current.waiters is FRESH_STEP.waiters
-        and current.waiters_by_item is FRESH_STEP.waiters_by_item
+        and current.queue is _NO_QUEUE
+        and current.held is NOTHING_HELD
     ):
         # The step held nothing but this invocation (the usual case): it is fresh again,
         # and the fresh state is shared instead of built (put_step() without its frame).
@@ -357,9 +396,31 @@ def finish_invocation(
             tx.steps = own
         own[step] = FRESH_STEP
     else:
-        in_progress = current.in_progress.delete(invocation.invocation_id)
+        in_progress = current.in_progress
+        running = in_progress.root
+        inv_id = invocation.invocation_id
+        if type(running) is dict and in_progress.size > 2 and inv_id in running:
+            # delete() without its frame (a busy step's map is a small dict), and the
+            # new map is this reduction's draft (see ``start_invocation``).
+            running = running.copy()
+            del running[inv_id]
+            in_progress = tx._draft_running = _new(PMap)
+            in_progress.root = running
+            in_progress.size = len(running)
+        else:
+            in_progress = in_progress.delete(inv_id)
         slots = current.slots.release(invocation.worker_id)
-        new = writable_step(tx, step, current)
+        if current is tx._draft_step:  # writable_step() without its frame
+            new = current
+        else:
+            new = _new(StepRunState)
+            new.queue = current.queue
+            new.held = current.held
+            own = tx._own_steps
+            if own is None:
+                own = tx._own_steps = dict(tx.steps)
+                tx.steps = own
+            own[step] = tx._draft_step = new
         new.in_progress = in_progress
         new.slots = slots
     tx.running -= 1
@@ -368,7 +429,7 @@ def finish_invocation(
         command.step = step
         command.state = "not_running"
         command.worker_id = WORKER_NAMES[invocation.worker_id]
-        command.input_type = type(invocation.item.event)
+        command.input_type = type(invocation.event)
         command.output_type = output
         command.has_output = has_output
         command.event = value

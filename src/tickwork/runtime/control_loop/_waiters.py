@@ -107,7 +107,7 @@ def register_waiter(tx: Tx, invocation: Invocation, outcome: Suspended) -> None:
     existing = current.waiters.get(request.waiter_id)
     waiter = Waiter(
         waiter_id=request.waiter_id,
-        item=invocation.item,
+        item=invocation.work_item(),  # the waiter outlives the invocation
         event_type=request.event_type,
         requirements=request.requirements,
         waiter_event=request.waiter_event,
@@ -122,7 +122,7 @@ def register_waiter(tx: Tx, invocation: Invocation, outcome: Suspended) -> None:
         subclass_mode=tx.spec(step).subclass_mode,
         has_requirements=bool(request.requirements) or request.has_requirements,
     )
-    item_id = invocation.item.work_item_id
+    item_id = invocation.work_item_id
     _forget_superseded(tx, step, item_id, request.waiter_id)
     current = tx.steps[step]
     by_item = current.waiters_by_item.get(item_id, frozenset()) | {request.waiter_id}

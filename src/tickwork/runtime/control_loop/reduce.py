@@ -266,7 +266,8 @@ def _rewind_in_flight(tx: Tx) -> None:
         queue = current.queue
         for invocation in reversed(interrupted):
             identity = (invocation.invocation_id, invocation.received)
-            queue = queue.appendleft(replace(invocation.item, resume_identity=identity))
+            item = replace(invocation.work_item(), resume_identity=identity)
+            queue = queue.appendleft(item)
         tx.put_step(
             step,
             replace(
@@ -317,7 +318,15 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
     # Find: the in-flight invocation; none for a discarded (cancelled) one.
     if not tx.live:
         return
-    invocation: Invocation | None = tx.steps[tick.step].in_progress.get(tick.invocation_id)
+    in_progress = tx.steps[tick.step].in_progress
+    pair = in_progress.root
+    invocation: Invocation | None
+    if type(pair) is tuple and pair[0] == tick.invocation_id:
+        invocation = pair[1]  # the step's only running invocation: get() without a frame
+    elif type(pair) is dict:
+        invocation = pair.get(tick.invocation_id)  # a busy step's: the same
+    else:
+        invocation = in_progress.get(tick.invocation_id)
     if invocation is None:
         return
     outcome = tick.outcome
@@ -336,61 +345,68 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
     elif isinstance(outcome, Suspended):
         finish_invocation(tx, invocation, publish=True, output=None)
         if outcome.deleted_waiters:
-            delete_waiters(
-                tx, invocation.step, invocation.item.work_item_id, outcome.deleted_waiters
-            )
+            delete_waiters(tx, invocation.step, invocation.work_item_id, outcome.deleted_waiters)
         register_waiter(tx, invocation, outcome)
     else:
         assert isinstance(outcome, Failed)
         _apply_failure(tx, invocation, outcome)
     # Finalize: a slot was freed (tx.queued: no step has a queue, the usual case).
-    if tx.live and tx.queued and tx.steps[tick.step].queue.size:
+    if tx.queued and tx.live and tx.steps[tick.step].queue.size:
         drain_queue(tx, tick.step)
 
 
 def _rerun_stale_invocation(tx: Tx, invocation: Invocation) -> None:
     """The collect view went stale: run the same work item again, silently."""
     finish_invocation(tx, invocation, False)
-    start_invocation(tx, invocation.step, invocation.item)
+    start_invocation(tx, invocation.step, invocation.work_item())
 
 
 def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> None:
     """Publish NOT_RUNNING, then emit what the body returned, then settle the item."""
     value = outcome.value
-    is_list = isinstance(value, list)
-    last = (value[-1] if value else None) if is_list else value
-    finish_invocation(tx, invocation, True, type(last), True, value)
-    if is_list:
-        stop = next((ev for ev in value if IS_STOP[type(ev)]), None)
-    else:
-        stop = value if IS_STOP[type(value)] else None
+    if isinstance(value, list):
+        _apply_returned_list(tx, invocation, value)
+        return
+    event_type = type(value)
+    finish_invocation(tx, invocation, True, event_type, True, value)
+    if IS_STOP[event_type]:
+        complete_run(tx, value)
+        return
+    if tx.steps[invocation.step].held.waiters.size:  # the usual step has none: skip the call
+        delete_waiters(tx, invocation.step, invocation.work_item_id, None)
+    if value is None:
+        opened = 0
+    elif IS_INPUT_REQUIRED[event_type]:
+        opened = emit_event(tx, value, invocation)
+    else:  # emit_event() without its frame: one returned event, the usual case
+        opened = deliver_event(
+            tx, value, None, invocation.recovery_counts, invocation.scope_path, invocation.step
+        )
+    if invocation.scope_path and tx.live:  # (a top-level item has nothing to settle)
+        settle_in_stream(tx, invocation.scope_path, "completed", opened)
+
+
+def _apply_returned_list(tx: Tx, invocation: Invocation, events: list[Any]) -> None:
+    """``_apply_completion`` for a returned list: a fan-out, or several events."""
+    finish_invocation(tx, invocation, True, type(events[-1] if events else None), True, events)
+    stop = next((ev for ev in events if IS_STOP[type(ev)]), None)
     if stop is not None:
         complete_run(tx, stop)
         return
-    item = invocation.item
-    if tx.steps[invocation.step].waiters.size:  # the usual step has none: skip the call
+    item = invocation  # the work item it ran
+    if tx.steps[invocation.step].held.waiters.size:
         delete_waiters(tx, invocation.step, item.work_item_id, None)
-    if not is_list:
-        if value is None:
-            opened = 0
-        elif IS_INPUT_REQUIRED[type(value)]:
-            opened = emit_event(tx, value, item)
-        else:  # emit_event() without its frame: one returned event, the usual case
-            opened = deliver_event(
-                tx, value, None, item.recovery_counts, item.scope_path, item.step
-            )
-    elif tx.spec(invocation.step).is_fan_out:
-        _fan_out(tx, invocation, value)
+    if tx.spec(invocation.step).is_fan_out:
+        _fan_out(tx, invocation, events)
         return
-    else:
-        opened = emit_events(tx, value, item.recovery_counts, item.scope_path, item.step)
+    opened = emit_events(tx, events, item.recovery_counts, item.scope_path, item.step)
     if tx.live and item.scope_path:
         settle_in_stream(tx, item.scope_path, "completed", opened)
 
 
 def _fan_out(tx: Tx, invocation: Invocation, events: list[Any]) -> None:
     """Open a stream for a returned list and deliver its elements inside it."""
-    item = invocation.item
+    item = invocation  # the work item it ran
     seq = tx.stream_seq
     tx.stream_seq = seq + 1
     new_stream = stream_id(item.scope_path, invocation.step, seq)
@@ -417,8 +433,8 @@ def _apply_failure(tx: Tx, invocation: Invocation, outcome: Failed) -> None:
     """Retry the work item, hand it to its ``@catch_error`` owner, or fail the run."""
     finish_invocation(tx, invocation, publish=True, output=None)
     if outcome.deleted_waiters:
-        delete_waiters(tx, invocation.step, invocation.item.work_item_id, outcome.deleted_waiters)
-    item = invocation.item
+        delete_waiters(tx, invocation.step, invocation.work_item_id, outcome.deleted_waiters)
+    item = invocation  # the work item it ran
     if outcome.retry_delay is not None:
         _queue_retry(tx, invocation, outcome)
         return
@@ -437,7 +453,7 @@ def _hand_to_catch_error(
     owner = tx.config.catch_error_owner.get(invocation.step)
     if owner is None:
         return False
-    item = invocation.item
+    item = invocation  # the work item it ran
     used = item.recovery_counts.get(owner, 0)
     if used + 1 > tx.spec(owner).max_recoveries:
         return False
@@ -463,11 +479,11 @@ def _hand_to_catch_error(
 
 def _queue_retry(tx: Tx, invocation: Invocation, outcome: Failed) -> None:
     delay = outcome.retry_delay or 0.0
-    first = invocation.item.first_attempt_at
+    first = invocation.first_attempt_at
     item = replace(
-        invocation.item,
+        invocation.work_item(),  # the queued retry outlives the invocation
         first_attempt_at=first if first is not None else invocation.dispatched_at,
-        attempts=invocation.item.attempts + 1,
+        attempts=invocation.attempts + 1,
         last_exception=outcome.exception,
         last_failed_at=outcome.failed_at,
         not_before=(outcome.failed_at + delay) if delay > 0 else None,

@@ -551,7 +551,7 @@ class _Loop:
         # The command stands for the invocation's RUNNING state in the stream.
         items = self.stream.quiet_items
         if items is not None:  # what ``sink.push`` does then, without its two frames
-            event_type: Any = type(invocation.item.event)  # hashable, unlike type[Any] for mypy
+            event_type: Any = type(invocation.event)  # hashable, unlike type[Any] for mypy
             items.append(running_record(invocation.step, invocation.worker_id, event_type))
         else:
             self.sink.push(command)

@@ -146,6 +146,14 @@ def settle_open(
     settled.scope_path = stream.scope_path
     settled.open_work_items = count
     settled.accepting_binding_ids = stream.accepting_binding_ids
+    pair = streams.root
+    if type(pair) is tuple and pair[0] is stream_id:
+        # The only open stream: its one-entry map, as ``set`` builds it (every member
+        # settles, and a frame costs more than these writes).
+        one: Streams = _new(PMap)
+        one.root = (stream_id, settled)
+        one.size = 1
+        return one, count
     return streams.set(stream_id, settled), count
 
 
@@ -222,8 +230,18 @@ def buffer_member(
 
     Arrivals after the binding fired are dropped.
     """
-    key = f"{stream_id}:{binding.binding_id}"  # release_key(), inlined: once per member
-    state = releases.get(key)
+    pair = releases.root
+    if (
+        type(pair) is tuple
+        and pair[1].stream_id == stream_id
+        and pair[1].binding_id == binding.binding_id
+    ):
+        # The run's only release state is this one (one stream, one binding: the usual
+        # fan-out): its key is the one ``release_key`` gives, found without building it.
+        key, state = pair
+    else:
+        key = f"{stream_id}:{binding.binding_id}"  # release_key(), inlined: once per member
+        state = releases.get(key)
     if state is None or state.released:
         return streams, releases, None
     buffer = state.buffer.append(event)
@@ -232,7 +250,12 @@ def buffer_member(
     buffered.stream_id = stream_id
     buffered.buffer = buffer
     buffered.released = False
-    releases = releases.set(key, buffered)
+    if releases.size == 1 and pair[0] is key:  # its one-entry map, as set() builds it
+        releases = _new(PMap)
+        releases.root = (key, buffered)
+        releases.size = 1
+    else:
+        releases = releases.set(key, buffered)
     if binding.take is not None and len(buffer) >= binding.take:
         return _fire(streams, releases, streams[stream_id], binding)
     return streams, releases, None

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar, cast
 
-__all__ = ["EMPTY_MAPPING", "PList", "PMap", "PQueue"]
+__all__ = ["EMPTY_MAPPING", "SMALL_MAP_SIZE", "PList", "PMap", "PQueue"]
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -347,6 +347,8 @@ def _walk(node: Any) -> Iterator[tuple[Any, Any]]:
 
 _MISSING: Any = object()
 _SMALL = 8
+SMALL_MAP_SIZE = _SMALL
+"""The most entries a ``PMap`` keeps as a plain ``dict`` root (more make a trie)."""
 
 
 class PMap(Generic[K, V]):
@@ -368,10 +370,12 @@ class PMap(Generic[K, V]):
     run's streams).  Nothing ever mutates a root once it belongs to a map.
     """
 
-    __slots__ = ("_root", "size")
+    __slots__ = ("root", "size")
 
     def __init__(self, root: Any = None, length: int = 0) -> None:
-        self._root = root
+        self.root = root
+        """The representation (read-only, see above).  The reducer's hottest sites read a
+        one-entry map's pair, or build one, themselves: a method call costs a frame."""
         self.size = length
         """The number of entries (read-only).  Hot paths test ``m.size`` rather than
         ``bool(m)``: an attribute read costs no Python call."""
@@ -386,7 +390,7 @@ class PMap(Generic[K, V]):
 
     def get(self, key: K, default: Any = None) -> Any:
         """The value for ``key``, or ``default``."""
-        root = self._root
+        root = self.root
         if root is None:
             return default
         kind = type(root)
@@ -407,7 +411,7 @@ class PMap(Generic[K, V]):
 
     def set(self, key: K, value: V) -> PMap[K, V]:
         """A new map where ``key`` maps to ``value``."""
-        root = self._root
+        root = self.root
         kind = type(root)
         new_root: Any
         if kind is dict:
@@ -426,13 +430,13 @@ class PMap(Generic[K, V]):
         else:
             return self._set_in_trie(key, value)
         out: PMap[K, V] = _new(PMap)  # PMap(new_root, size) without a class call
-        out._root = new_root
+        out.root = new_root
         out.size = size
         return out
 
     def _set_in_trie(self, key: K, value: V) -> PMap[K, V]:
         """``set`` for a trie, or for a full small map (which becomes one)."""
-        root = self._root
+        root = self.root
         if type(root) is dict:
             trie: Any = {}
             for k, v in root.items():
@@ -445,7 +449,7 @@ class PMap(Generic[K, V]):
 
     def delete(self, key: K) -> PMap[K, V]:
         """A new map without ``key`` (the same map when it is absent)."""
-        root = self._root
+        root = self.root
         kind = type(root)
         new_root: Any
         if kind is dict:
@@ -459,7 +463,7 @@ class PMap(Generic[K, V]):
                 new_root = root.copy()
                 del new_root[key]
             out: PMap[K, V] = _new(PMap)  # PMap(new_root, size) without a class call
-            out._root = new_root
+            out.root = new_root
             out.size = self.size - 1
             return out
         if kind is tuple:
@@ -473,7 +477,7 @@ class PMap(Generic[K, V]):
 
     def items(self) -> Iterator[tuple[K, V]]:
         """The ``(key, value)`` pairs (insertion order when small, else hash order)."""
-        root = self._root
+        root = self.root
         kind = type(root)
         if kind is dict:
             return iter(root.items())

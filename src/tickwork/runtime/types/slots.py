@@ -39,12 +39,16 @@ def _merge(a: _Heap, b: _Heap) -> _Heap:
 class SlotPool:
     """The busy count, the high-water mark and the freed slots of one step."""
 
-    __slots__ = ("_free", "_high", "busy")
+    __slots__ = ("_free", "_high", "acquired", "busy")
 
     def __init__(self, busy: int = 0, high: int = 0, free: _Heap = None) -> None:
         self.busy = busy
         self._high = high
         self._free = free
+        self.acquired: tuple[int, SlotPool] | None = None
+        """What ``acquire()`` gives, when known without calling it (read-only): the
+        shared pools below carry it, so that a busy step taking back the slot one of its
+        workers freed (a fan-out's every tick) reads it instead of calling."""
 
     @classmethod
     def with_busy(cls, slots: Iterable[int]) -> SlotPool:
@@ -126,3 +130,7 @@ _ONE_GAP = [
     [SlotPool(high - 1, high, (1, slot, None, None)) for slot in range(high)]
     for high in range(_DENSE_LIMIT)
 ]
+for _pools in (_DENSE, *_ONE_GAP):
+    for _pool in _pools:
+        _pool.acquired = _pool.acquire()  # each gives a shared pool, or a new one to keep
+del _pools, _pool

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
+from tickwork.runtime.types.evolve import MISSING, new_record, register_evolver
 from tickwork.runtime.types.persistent import EMPTY_MAPPING, PList, PMap, PQueue
 from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.waiter_index import WaiterIndex
@@ -30,6 +31,7 @@ __all__ = [
     "HeldEvent",
     "Holdings",
     "NO_HOLDINGS",
+    "NOTHING_HELD",
     "UnclaimedEvent",
     "ReleaseState",
     "StreamState",
@@ -39,6 +41,7 @@ __all__ = [
     "NO_SENDS",
     "RunStatus",
     "SendIndexes",
+    "StepHeld",
     "StepRunState",
     "StepSpec",
     "Waiter",
@@ -320,18 +323,83 @@ class SendIndexes:
 NO_SENDS = SendIndexes()
 
 
-@dataclass(slots=True)
-class Invocation:
-    """One execution of a step body for a work item, and what it saw at dispatch."""
+@dataclass(slots=True, init=False, kw_only=True)  # kw_only: fields without defaults
+class Invocation(WorkItem):
+    """One execution of a step body for a work item, and what it saw at dispatch.
+
+    It carries the work item's fields itself (it is a ``WorkItem``), so a dispatch builds
+    one record, not a work item and then an invocation.  ``item`` gives the work item as
+    a plain ``WorkItem`` record, equal to the one dispatched; the reducer stores such a
+    record (``work_item()``) where the work item outlives the invocation (a retry, a
+    waiter, a rewind), never the invocation.
+
+    The constructor takes the work item (``Invocation(invocation_id, step, worker_id,
+    item, dispatched_at, ...)``) and copies its fields; ``evolve`` changes any field.
+    """
 
     invocation_id: str
-    step: str
     worker_id: int
-    item: WorkItem
     dispatched_at: float
-    received: SendIndexes = NO_SENDS
-    collect_view: Mapping[str, CollectBuffer] = EMPTY_MAPPING
-    waiters_view: Mapping[str, Waiter] = EMPTY_MAPPING
+    received: SendIndexes
+    collect_view: Mapping[str, CollectBuffer]
+    waiters_view: Mapping[str, Waiter]
+
+    __evolve_by_writes__: ClassVar[bool] = True
+    """``evolve`` changes its fields, building the copy without the constructor."""
+
+    def __init__(
+        self,
+        invocation_id: str,
+        step: str,
+        worker_id: int,
+        item: WorkItem,
+        dispatched_at: float,
+        received: SendIndexes = NO_SENDS,
+        collect_view: Mapping[str, CollectBuffer] = EMPTY_MAPPING,
+        waiters_view: Mapping[str, Waiter] = EMPTY_MAPPING,
+    ) -> None:
+        self.work_item_id = item.work_item_id
+        self.step = step
+        self.event = item.event
+        self.bound_events = item.bound_events
+        self.scope_path = item.scope_path
+        self.recovery_counts = item.recovery_counts
+        self.attempts = item.attempts
+        self.first_attempt_at = item.first_attempt_at
+        self.last_exception = item.last_exception
+        self.last_failed_at = item.last_failed_at
+        self.not_before = item.not_before
+        self.resume_identity = item.resume_identity
+        self.invocation_id = invocation_id
+        self.worker_id = worker_id
+        self.dispatched_at = dispatched_at
+        self.received = received
+        self.collect_view = collect_view
+        self.waiters_view = waiters_view
+
+    @property
+    def item(self) -> WorkItem:
+        """The work item this invocation runs, as a plain ``WorkItem`` record (a new
+        one, equal to the one dispatched: hot paths read the fields directly)."""
+        return WorkItem(
+            self.work_item_id,
+            self.step,
+            self.event,
+            self.bound_events,
+            self.scope_path,
+            self.recovery_counts,
+            self.attempts,
+            self.first_attempt_at,
+            self.last_exception,
+            self.last_failed_at,
+            self.not_before,
+            self.resume_identity,
+        )
+
+    def work_item(self) -> WorkItem:
+        """``item``, for the reducer: a record that outlives the invocation (a queued
+        retry, a waiter) holds a plain ``WorkItem``, never the invocation."""
+        return self.item
 
 
 @dataclass(slots=True)
@@ -356,22 +424,150 @@ class ReleaseState:
 
 
 @dataclass(slots=True)
-class StepRunState:
-    """The per-run state of one step."""
+class StepHeld:
+    """What a step holds beyond its queue and its running work: ``collect_events``
+    buffers, join arrivals and parked waiters.
 
-    queue: PQueue[WorkItem] = _EMPTY_QUEUE
-    in_progress: PMap[str, Invocation] = _EMPTY_MAP
-    slots: SlotPool = _NO_SLOTS
+    Most steps of most runs hold none of it, and they share ``NOTHING_HELD``: a step's
+    own record (``StepRunState``) then keeps one reference for all five, so building it
+    (the reducer does on every dispatch and every finished invocation) writes four
+    fields instead of eight, and "does the step hold anything?" is one identity test.
+    """
+
     collect_buffers: Mapping[str, CollectBuffer] = EMPTY_MAPPING
     join_buffer: PList[Any] = _EMPTY_LIST
     join_counts: Mapping[type, int] = EMPTY_MAPPING
     waiters: PMap[str, Waiter] = _EMPTY_MAP
     waiters_by_item: PMap[str, frozenset[str]] = _EMPTY_MAP
 
+
+NOTHING_HELD = StepHeld()
+"""The shared ``StepHeld`` of a step that holds nothing (compare with ``is``)."""
+
+
+def _held(
+    collect_buffers: Mapping[str, CollectBuffer],
+    join_buffer: PList[Any],
+    join_counts: Mapping[type, int],
+    waiters: PMap[str, Waiter],
+    waiters_by_item: PMap[str, frozenset[str]],
+) -> StepHeld:
+    """The ``StepHeld`` of these parts: the shared ``NOTHING_HELD`` when they are its
+    own (shared empty) parts, so that a step emptied again is recognized by identity."""
+    n = NOTHING_HELD
+    if (
+        collect_buffers is n.collect_buffers
+        and join_buffer is n.join_buffer
+        and join_counts is n.join_counts
+        and waiters is n.waiters
+        and waiters_by_item is n.waiters_by_item
+    ):
+        return n
+    return StepHeld(collect_buffers, join_buffer, join_counts, waiters, waiters_by_item)
+
+
+@dataclass(slots=True, init=False)
+class StepRunState:
+    """The per-run state of one step: its queue, its running work and its slots, and
+    (``held``) what it holds beyond them.
+
+    It is built and read as if it had all eight fields: the constructor takes them,
+    ``collect_buffers``, ``join_buffer``, ``join_counts``, ``waiters`` and
+    ``waiters_by_item`` read through ``held``, and ``evolve`` changes any of the eight
+    (``_evolve_step``).
+    """
+
+    queue: PQueue[WorkItem]
+    in_progress: PMap[str, Invocation]
+    slots: SlotPool
+    held: StepHeld
+
+    def __init__(
+        self,
+        queue: PQueue[WorkItem] = _EMPTY_QUEUE,
+        in_progress: PMap[str, Invocation] = _EMPTY_MAP,
+        slots: SlotPool = _NO_SLOTS,
+        collect_buffers: Mapping[str, CollectBuffer] = EMPTY_MAPPING,
+        join_buffer: PList[Any] = _EMPTY_LIST,
+        join_counts: Mapping[type, int] = EMPTY_MAPPING,
+        waiters: PMap[str, Waiter] = _EMPTY_MAP,
+        waiters_by_item: PMap[str, frozenset[str]] = _EMPTY_MAP,
+    ) -> None:
+        self.queue = queue
+        self.in_progress = in_progress
+        self.slots = slots
+        self.held = _held(collect_buffers, join_buffer, join_counts, waiters, waiters_by_item)
+
+    @property
+    def collect_buffers(self) -> Mapping[str, CollectBuffer]:
+        """The step's ``ctx.collect_events`` buffers, by buffer id."""
+        return self.held.collect_buffers
+
+    @property
+    def join_buffer(self) -> PList[Any]:
+        """A multi-slot step's arrivals not yet part of a batch, oldest first."""
+        return self.held.join_buffer
+
+    @property
+    def join_counts(self) -> Mapping[type, int]:
+        """How many arrivals of each type ``join_buffer`` holds."""
+        return self.held.join_counts
+
+    @property
+    def waiters(self) -> PMap[str, Waiter]:
+        """The step's ``wait_for_event`` waiters, by waiter id."""
+        return self.held.waiters
+
+    @property
+    def waiters_by_item(self) -> PMap[str, frozenset[str]]:
+        """The ids of the waiters of each work item."""
+        return self.held.waiters_by_item
+
     @property
     def busy_slots(self) -> frozenset[int]:
         """The slots of the running invocations (O(running); for inspection)."""
         return frozenset(inv.worker_id for inv in self.in_progress.values())
+
+
+def _evolve_step(
+    o: StepRunState,
+    *,
+    queue: PQueue[WorkItem] = MISSING,
+    in_progress: PMap[str, Invocation] = MISSING,
+    slots: SlotPool = MISSING,
+    collect_buffers: Mapping[str, CollectBuffer] = MISSING,
+    join_buffer: PList[Any] = MISSING,
+    join_counts: Mapping[type, int] = MISSING,
+    waiters: PMap[str, Waiter] = MISSING,
+    waiters_by_item: PMap[str, frozenset[str]] = MISSING,
+) -> StepRunState:
+    """``evolve`` for a step's state: its own fields written, ``held`` shared unless one
+    of its parts changes (built without the constructor, see ``new_record``)."""
+    new: StepRunState = new_record(StepRunState)
+    new.queue = o.queue if queue is MISSING else queue
+    new.in_progress = o.in_progress if in_progress is MISSING else in_progress
+    new.slots = o.slots if slots is MISSING else slots
+    held = o.held
+    if (
+        collect_buffers is MISSING
+        and join_buffer is MISSING
+        and join_counts is MISSING
+        and waiters is MISSING
+        and waiters_by_item is MISSING
+    ):
+        new.held = held
+    else:
+        new.held = _held(
+            held.collect_buffers if collect_buffers is MISSING else collect_buffers,
+            held.join_buffer if join_buffer is MISSING else join_buffer,
+            held.join_counts if join_counts is MISSING else join_counts,
+            held.waiters if waiters is MISSING else waiters,
+            held.waiters_by_item if waiters_by_item is MISSING else waiters_by_item,
+        )
+    return new
+
+
+register_evolver(StepRunState, _evolve_step)
 
 
 @dataclass(slots=True)
@@ -436,6 +632,7 @@ class ReductionSlots:
     """
 
     __slots__ = (
+        "_draft_running",
         "_draft_step",
         "_own_steps",
         "base",
