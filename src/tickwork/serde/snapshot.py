@@ -537,9 +537,30 @@ class _Pruner(_Encoder):
 
 
 def _assemble(frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any]:
-    """A snapshot built from templates: a new top level and ``workers`` map, the entries
-    of steps with waiters new (their waiters are added to them), everything else shared
-    with the cache and with other snapshots of the run (snapshots are read-only)."""
+    """A snapshot built from templates: a new top level, ``workers``, ``streams`` and
+    ``collection_release_states`` map, the entries of steps with waiters new (their
+    waiters are added to them), everything else shared with the cache and with other
+    snapshots of the run (snapshots are read-only below those maps).
+
+    The maps are copies of the frame's private ``base`` (C-level copies: a loop that
+    snapshots after every step takes many snapshots of the same state)."""
+    base = frame.base
+    if base is None:
+        base = frame.base = _build(frame, None)
+    snapshot = base.copy()
+    snapshot["state"] = state_section
+    snapshot["workers"] = workers = base["workers"].copy()
+    snapshot["deliveries"] = []
+    snapshot["streams"] = base["streams"].copy()
+    snapshot["collection_release_states"] = base["collection_release_states"].copy()
+    for name in frame.waiting_steps:
+        template = frame.workers[name]
+        workers[name] = empty_worker() if template is None else _fresh_worker(template)
+    return snapshot
+
+
+def _build(frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any]:
+    """A snapshot built from templates without a ``base`` (see ``_assemble``)."""
     state = frame.state
     waiting = frame.waiting_steps
     return {
@@ -642,4 +663,4 @@ def _idle_snapshot(state: RunState, state_section: dict[str, Any] | None) -> dic
             return None
         if step.waiters:
             return None
-    return _assemble(_Frame(state, dict.fromkeys(state.steps), {}, {}, frozenset()), state_section)
+    return _build(_Frame(state, dict.fromkeys(state.steps), {}, {}, frozenset()), state_section)

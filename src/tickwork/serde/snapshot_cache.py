@@ -153,6 +153,9 @@ class _Frame:
     releases: dict[str, dict[str, Any]]
     waiting_steps: frozenset[str]
     """The steps with waiters: their entries are new in every snapshot."""
+    base: dict[str, Any] | None = None
+    """The snapshot of these templates without its state section (private: snapshots
+    are copies of it, see ``tickwork.serde.snapshot._assemble``), made on first use."""
 
     @property
     def has_waiters(self) -> bool:
