@@ -16,7 +16,7 @@ for a string, as the encoder itself does.
 from __future__ import annotations
 
 from collections.abc import Callable
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from pydantic import BaseModel
