@@ -323,9 +323,33 @@ class _Encoder:
             before = self.touched
             parts: dict[str, Any] = {}
             template = self.worker_template(step, previous, parts)
+            if previous is not None:
+                running = previous.parts.get("in_progress")
+                if running is not None and running.source is not step.in_progress:
+                    self.retire(running.source, step.in_progress)
             previous = _Entry(step, template, self.touched - before, parts)
         self.workers[name] = previous
         return previous
+
+    def retire(self, before: PMap[str, Invocation], now: PMap[str, Invocation]) -> None:
+        """Drop the cached encodings of the invocations that ran ``before`` and no longer
+        do ``now``, with those of their items and events.
+
+        A finished invocation's item and event are, as a rule, in the state no more: kept
+        in the cache, they would stay alive (a fan-out's thousands of them, for the
+        garbage collector to walk again and again) until the cache is next pruned.  One
+        still in the state elsewhere (a retried item, an event also buffered) is only
+        encoded again when met.
+        """
+        values = self.values
+        for key, inv in before.items():
+            if now.get(key) is inv:
+                continue
+            item = inv.item
+            for finished in (inv, item, item.event):
+                hit = values.get(id(finished))
+                if hit is not None and hit[0] is finished:
+                    del values[id(finished)]
 
     def worker_template(
         self, step: StepRunState, previous: _Entry | None, parts: dict[str, Any]
