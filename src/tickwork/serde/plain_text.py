@@ -86,6 +86,7 @@ def _schema_fields(cls: type[BaseModel]) -> PlainFields | None:
         or serialization is None
         or serialization.get("type") != "function-wrap"
         or serialization.get("function") is not _DUMP_WITH_DATA
+        or schema.get("config", {}).get("extra_fields_behavior") == "allow"
     ):
         return None
     inner = schema.get("schema", {})
