@@ -324,16 +324,17 @@ class _Encoder:
             parts: dict[str, Any] = {}
             template = self.worker_template(step, previous, parts)
             if previous is not None:
-                running = previous.parts.get("in_progress")
-                if running is not None and running.source is not step.in_progress:
-                    self.retire(running.source, step.in_progress)
+                ran = previous.parts.get("in_progress")
+                if ran is not None and ran.source is not step.in_progress:
+                    now = parts.get("in_progress")
+                    self.retire(ran.parts, now.parts if now is not None else _NO_PARTS)
             previous = _Entry(step, template, self.touched - before, parts)
         self.workers[name] = previous
         return previous
 
-    def retire(self, before: PMap[str, Invocation], now: PMap[str, Invocation]) -> None:
+    def retire(self, before: dict[str, Invocation], now: dict[str, Invocation]) -> None:
         """Drop the cached encodings of the invocations that ran ``before`` and no longer
-        do ``now``, with those of their items and events.
+        do ``now`` (both by invocation id), with those of their items and events.
 
         A finished invocation's item and event are, as a rule, in the state no more: kept
         in the cache, they would stay alive (a fan-out's thousands of them, for the
@@ -343,7 +344,7 @@ class _Encoder:
         """
         values = self.values
         for key, inv in before.items():
-            if now.get(key) is inv:
+            if now.get(key) is inv:  # a dict's get: these are the entries' own maps
                 continue
             item = inv.item
             for finished in (inv, item, item.event):
@@ -392,7 +393,9 @@ class _Encoder:
         # Each invocation's (sort key, encoding) is kept in values (_memo inline).
         old_values, values, keyed = self.old_values, self.values, self.keyed_invocation
         pairs = []
-        for _, inv in invocations.items():
+        running: dict[str, Any] = {}  # the entry's parts: what retire() compares
+        for key, inv in invocations.items():
+            running[key] = inv
             hit = old_values.get(id(inv))
             if hit is None or hit[0] is not inv:
                 hit = (inv, keyed(inv))
@@ -401,7 +404,7 @@ class _Encoder:
         self.touched += len(pairs)
         pairs.sort(key=_sort_key)
         encoded = [pair[1] for pair in pairs]
-        parts["in_progress"] = _Entry(invocations, encoded, len(encoded))
+        parts["in_progress"] = _Entry(invocations, encoded, len(encoded), running)
         return encoded
 
     def collect_buffers(
