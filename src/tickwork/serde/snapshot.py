@@ -535,9 +535,12 @@ class _Encoder:
             "questions": [self.event(q) for q in holdings.questions],
         }
 
-    def snapshot(self, frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any]:
-        """The snapshot of ``frame``, with the waiters (encoded anew: their time moves)."""
-        snapshot = _assemble(frame, state_section)
+    def snapshot(
+        self, frame: _Frame, state_section: dict[str, Any] | None, one_off: bool = False
+    ) -> dict[str, Any]:
+        """The snapshot of ``frame``, with the waiters (encoded anew: their time moves);
+        ``one_off``: no later snapshot reuses the frame (it gets no ``base``)."""
+        snapshot = _build(frame, state_section) if one_off else _assemble(frame, state_section)
         if frame.state.holdings is not NO_HOLDINGS:
             snapshot["held_events"] = self.holdings(frame.state.holdings)
         if frame.has_waiters:
@@ -648,6 +651,7 @@ def encode_snapshot(
     With a ``SnapshotCache``, whatever an earlier snapshot of the same run encoded
     and is still unchanged is reused (see the cache for what is shared).
     """
+    one_off = cache is None
     if cache is None:
         idle = _idle_snapshot(state, state_section)
         if idle is not None:
@@ -666,12 +670,12 @@ def encode_snapshot(
         return _assemble(frame, state_section)
     encoder = _Encoder(serializer, cache)
     frame = encoder.frame(state)
-    snapshot = encoder.snapshot(frame, state_section)
+    snapshot = encoder.snapshot(frame, state_section, one_off)
     if encoder.finish():
         # The cache outgrew the state: one more pass keeps only what it refers to.
         pruner = _Pruner(serializer, cache)
         frame = pruner.frame(state)
-        pruner.snapshot(frame, state_section)  # registers the waiters' values
+        pruner.snapshot(frame, state_section, True)  # registers the waiters' values
         pruner.finish()
     cache.frame = frame
     return snapshot
