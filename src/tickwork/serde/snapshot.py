@@ -230,14 +230,12 @@ class _Encoder:
         else:
             collected = {bid: self.events(buf.events) for bid, buf in view.items()}
             generations = {bid: buf.generation for bid, buf in view.items()}
-        encoded = {
-            **encoded_item,
-            "worker_id": inv.worker_id,
-            "invocation_id": inv.invocation_id,
-            "received": [] if received is NO_SENDS else list(received),
-            "collected_events": collected,
-            "collect_generations": generations,
-        }
+        encoded = encoded_item.copy()  # a C clone of the item's table, then its keys
+        encoded["worker_id"] = inv.worker_id
+        encoded["invocation_id"] = inv.invocation_id
+        encoded["received"] = [] if received is NO_SENDS else list(received)
+        encoded["collected_events"] = collected
+        encoded["collect_generations"] = generations
         try:  # _seq() inline
             seq = int(inv.invocation_id.rsplit("-", 1)[1])
         except (IndexError, ValueError):
