@@ -56,6 +56,10 @@ _MAX_CLASSES = 4096
 PLAIN_CLASSES: dict[type, tuple[Any, PlainFields | None]] = {}
 """Class -> (its serializer when decided, its plain fields or ``None``)."""
 
+_CANDIDATES: dict[type, tuple[Any, PlainFields]] = {}
+"""Class -> (its serializer, its plain fields) for a class that looks plain but whose
+events met so far had no plain values to check it on."""
+
 
 def _writers(schema: dict[str, Any]) -> dict[type, Callable[[Any], str]] | None:
     """The writers of the values a field schema dumps unchanged, or ``None``."""
@@ -111,24 +115,39 @@ def _schema_fields(cls: type[BaseModel]) -> PlainFields | None:
 def plain_fields(model: BaseModel, pydantic_text: Callable[[BaseModel], str]) -> PlainFields | None:
     """The plain fields of ``model``'s class, or ``None`` if its events go to pydantic.
 
-    Decided once per class (again after a ``model_rebuild()``); the first event of a
-    class that looks plain is written both ways (``pydantic_text`` is the other way),
-    and the class is plain only if the two texts are equal.
+    Decided once per class (again after a ``model_rebuild()``): the first event of a
+    class that looks plain and has plain values is written both ways (``pydantic_text``
+    is the other way), and the class is plain only if the two texts are equal.  Until
+    such an event comes, the class's events go to pydantic (``None``).
     """
     cls = type(model)
     serializer = cls.__pydantic_serializer__
     entry = PLAIN_CLASSES.get(cls)
     if entry is not None and entry[0] is serializer:
         return entry[1]
-    fields = _schema_fields(cls)
+    candidate = _CANDIDATES.get(cls)
+    if candidate is not None and candidate[0] is serializer:
+        fields: PlainFields | None = candidate[1]
+    else:
+        fields = _schema_fields(cls)
     if fields is not None:
         text = plain_text(model, fields)
-        if text is not None and text != pydantic_text(model):
+        if text is None:  # this event cannot tell: the next one will
+            _remember(_CANDIDATES, cls, (serializer, fields))
+            return None
+        if text != pydantic_text(model):
             fields = None
-    if len(PLAIN_CLASSES) >= _MAX_CLASSES:  # bounded: classes made on the fly must not pile up
-        PLAIN_CLASSES.clear()
-    PLAIN_CLASSES[cls] = (serializer, fields)
+    _CANDIDATES.pop(cls, None)
+    _remember(PLAIN_CLASSES, cls, (serializer, fields))
     return fields
+
+
+def _remember(table: dict[type, Any], cls: type, entry: Any) -> None:
+    """``table[cls] = entry``, the table bounded: classes made on the fly must not pile
+    up."""
+    if len(table) >= _MAX_CLASSES:
+        table.clear()
+    table[cls] = entry
 
 
 def plain_text(model: BaseModel, fields: PlainFields) -> str | None:
