@@ -450,3 +450,19 @@ def test_a_snapshot_that_failed_midway_leaves_the_cache_consistent() -> None:
     model.join = good_join
     after = assert_cached_equals_fresh(cache, model.build())
     assert [i["work_item_id"] for i in after["workers"]["a"]["queue"]] == ["wi-1", "wi-2", "wi-4"]
+
+
+def test_finished_invocations_leave_the_cache_with_their_items_and_events() -> None:
+    model, cache = Model(), SnapshotCache()
+    for op in ["append", "append", "append", "start", "start"]:
+        apply(model, op)
+    assert_cached_equals_fresh(cache, model.build())
+    running = list(model.in_progress.values())
+    held = {id(v[0]) for v in cache.values.values()}
+    assert all(id(inv) in held and id(inv.item.event) in held for inv in running)
+    apply(model, "finish")
+    assert_cached_equals_fresh(cache, model.build())
+    kept = [v[0] for v in cache.values.values()]
+    finished, still = running
+    assert not any(x is finished or x is finished.item or x is finished.item.event for x in kept)
+    assert any(x is still for x in kept)

@@ -234,7 +234,13 @@ class Context(Generic[MODEL_T]):
         cache = self._snapshot_cache
         if cache is None:
             cache = self._snapshot_cache = cache_type()
-        return encode_snapshot(self._current_run_state(), ser, section, cache)
+        session = self._session
+        if session is None:
+            return encode_snapshot(self._current_run_state(), ser, section, cache)
+        lane = session.stream_lane  # _current_run_state(), inline: loops call this often
+        if lane is not None:
+            lane.settle_writes()
+        return encode_snapshot(session.state, ser, section, cache)
 
     @classmethod
     def from_dict(

@@ -330,14 +330,16 @@ class InMemoryStateStore(Generic[MODEL_T]):
         ``UnserializableKeyWarning``.
         """
         state = self._state
-        if type(state) is not DictState or (state.__pydantic_private__ or {}).get("_data"):
-            return string_section(state, serializer)
         # An empty dict state changes only by being replaced (writes copy it), so its
         # section is reused while the state object is the same: snapshot loops call this
-        # after every step, and most runs never touch the store.
+        # after every step, and most runs never touch the store.  Only such a state's
+        # section is kept, so a hit needs no other check.
         cached = self._empty_section
-        if cached is None or cached[0] is not state or cached[1] is not serializer:
-            cached = self._empty_section = (state, serializer, string_section(state, serializer))
+        if cached is not None and cached[0] is state and cached[1] is serializer:
+            return cached[2]
+        if type(state) is not DictState or (state.__pydantic_private__ or {}).get("_data"):
+            return string_section(state, serializer)
+        cached = self._empty_section = (state, serializer, string_section(state, serializer))
         return cached[2]
 
     @classmethod

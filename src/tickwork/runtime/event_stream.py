@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 import anyio
+from pydantic import BaseModel
 
 from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import (
@@ -127,6 +128,12 @@ def step_state_record(command: RunWorker | PublishStepState) -> StepStateRecord:
 _new_step_state_changed = object.__new__
 _set = object.__setattr__
 _STEP_STATE_FIELDS = frozenset(StepStateChanged.model_fields)
+# The setters of a model's slots, called directly: a third cheaper than
+# ``object.__setattr__``, which looks the slot up by name first.
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+_recorder_of = _RECORDERS.get
 
 
 def _is_record(item: Any) -> bool:
@@ -135,10 +142,10 @@ def _is_record(item: Any) -> bool:
 
 def materialize(item: Any) -> Any:
     """Turn a buffered item (or a step state command) into the event a reader sees."""
-    recorder = _RECORDERS.get(type(item))
+    recorder = _recorder_of(type(item))
     if recorder is not None:
         item = recorder(item)
-    elif not _is_record(item):
+    elif not (type(item) is tuple and len(item) > 1 and item[0] is _RECORD):  # _is_record
         return item
     if item is _IDLE_RECORD:
         return WorkflowIdleEvent()
@@ -157,9 +164,9 @@ def materialize(item: Any) -> Any:
             "output_event_name": output,
         },
     )
-    _set(event, "__pydantic_fields_set__", set(_STEP_STATE_FIELDS))
-    _set(event, "__pydantic_extra__", None)
-    _set(event, "__pydantic_private__", None)
+    _set_fields_set(event, set(_STEP_STATE_FIELDS))
+    _set_extra(event, None)
+    _set_private(event, None)
     return event
 
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from tickwork import errors, events
 from tickwork._serde_fields import RESOLVER, qualified_name, resolve_by_import, using_resolver
 from tickwork.events import DictLikeModel, StopEvent
+from tickwork.serde.plain_text import PLAIN_CLASSES, PlainFields, plain_fields, plain_text
 
 __all__ = [
     "BaseSerializer",
@@ -171,15 +172,31 @@ def model_text(model: BaseModel, tails: dict[type, str] | None = None) -> str:
     fails.
     """
     cls = type(model)
-    dumped = cls.__pydantic_serializer__.to_python(model, mode="json")
+    serializer = cls.__pydantic_serializer__
+    entry = PLAIN_CLASSES.get(cls)  # plain_fields(), inline: this runs once per event
+    fields = entry[1] if entry is not None and entry[0] is serializer else _plain(model)
+    value = None if fields is None else plain_text(model, fields)
     tail = tails.get(cls) if tails is not None else None
     if tail is None:
         tail = ', "qualified_name": ' + encode_basestring_ascii(qualified_name(cls)) + "}"
         if tails is not None and cls.__module__ != "__main__":
             tails[cls] = tail
+    if value is not None:
+        return _MODEL_TEXT_HEAD + value + tail
+    dumped = serializer.to_python(model, mode="json")
     if _pieces is None:  # pragma: no cover - CPython always has the accelerator
         return _MODEL_TEXT_HEAD + _dumps(dumped) + tail
     return "".join([_MODEL_TEXT_HEAD, *_pieces(dumped, 0), tail])
+
+
+def _pydantic_value_text(model: BaseModel) -> str:
+    """The text of ``model``'s dump written by pydantic and the encoder."""
+    return _dumps(type(model).__pydantic_serializer__.to_python(model, mode="json"))
+
+
+def _plain(model: BaseModel) -> PlainFields | None:
+    """The plain fields of ``model``'s class (see ``tickwork.serde.plain_text``)."""
+    return plain_fields(model, _pydantic_value_text)
 
 
 def _not_importable(name: str) -> ValueError:

@@ -230,14 +230,12 @@ class _Encoder:
         else:
             collected = {bid: self.events(buf.events) for bid, buf in view.items()}
             generations = {bid: buf.generation for bid, buf in view.items()}
-        encoded = {
-            **encoded_item,
-            "worker_id": inv.worker_id,
-            "invocation_id": inv.invocation_id,
-            "received": [] if received is NO_SENDS else list(received),
-            "collected_events": collected,
-            "collect_generations": generations,
-        }
+        encoded = encoded_item.copy()  # a C clone of the item's table, then its keys
+        encoded["worker_id"] = inv.worker_id
+        encoded["invocation_id"] = inv.invocation_id
+        encoded["received"] = [] if received is NO_SENDS else list(received)
+        encoded["collected_events"] = collected
+        encoded["collect_generations"] = generations
         try:  # _seq() inline
             seq = int(inv.invocation_id.rsplit("-", 1)[1])
         except (IndexError, ValueError):
@@ -323,9 +321,34 @@ class _Encoder:
             before = self.touched
             parts: dict[str, Any] = {}
             template = self.worker_template(step, previous, parts)
+            if previous is not None:
+                ran = previous.parts.get("in_progress")
+                if ran is not None and ran.source is not step.in_progress:
+                    now = parts.get("in_progress")
+                    self.retire(ran.parts, now.parts if now is not None else _NO_PARTS)
             previous = _Entry(step, template, self.touched - before, parts)
         self.workers[name] = previous
         return previous
+
+    def retire(self, before: dict[str, Invocation], now: dict[str, Invocation]) -> None:
+        """Drop the cached encodings of the invocations that ran ``before`` and no longer
+        do ``now`` (both by invocation id), with those of their items and events.
+
+        A finished invocation's item and event are, as a rule, in the state no more: kept
+        in the cache, they would stay alive (a fan-out's thousands of them, for the
+        garbage collector to walk again and again) until the cache is next pruned.  One
+        still in the state elsewhere (a retried item, an event also buffered) is only
+        encoded again when met.
+        """
+        values = self.values
+        for key, inv in before.items():
+            if now.get(key) is inv:  # a dict's get: these are the entries' own maps
+                continue
+            item = inv.item
+            for finished in (inv, item, item.event):
+                hit = values.get(id(finished))
+                if hit is not None and hit[0] is finished:
+                    del values[id(finished)]
 
     def worker_template(
         self, step: StepRunState, previous: _Entry | None, parts: dict[str, Any]
@@ -368,7 +391,9 @@ class _Encoder:
         # Each invocation's (sort key, encoding) is kept in values (_memo inline).
         old_values, values, keyed = self.old_values, self.values, self.keyed_invocation
         pairs = []
-        for _, inv in invocations.items():
+        running: dict[str, Any] = {}  # the entry's parts: what retire() compares
+        for key, inv in invocations.items():
+            running[key] = inv
             hit = old_values.get(id(inv))
             if hit is None or hit[0] is not inv:
                 hit = (inv, keyed(inv))
@@ -377,7 +402,7 @@ class _Encoder:
         self.touched += len(pairs)
         pairs.sort(key=_sort_key)
         encoded = [pair[1] for pair in pairs]
-        parts["in_progress"] = _Entry(invocations, encoded, len(encoded))
+        parts["in_progress"] = _Entry(invocations, encoded, len(encoded), running)
         return encoded
 
     def collect_buffers(
@@ -508,9 +533,12 @@ class _Encoder:
             "questions": [self.event(q) for q in holdings.questions],
         }
 
-    def snapshot(self, frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any]:
-        """The snapshot of ``frame``, with the waiters (encoded anew: their time moves)."""
-        snapshot = _assemble(frame, state_section)
+    def snapshot(
+        self, frame: _Frame, state_section: dict[str, Any] | None, one_off: bool = False
+    ) -> dict[str, Any]:
+        """The snapshot of ``frame``, with the waiters (encoded anew: their time moves);
+        ``one_off``: no later snapshot reuses the frame (it gets no ``base``)."""
+        snapshot = _build(frame, state_section) if one_off else _assemble(frame, state_section)
         if frame.state.holdings is not NO_HOLDINGS:
             snapshot["held_events"] = self.holdings(frame.state.holdings)
         if frame.has_waiters:
@@ -537,9 +565,30 @@ class _Pruner(_Encoder):
 
 
 def _assemble(frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any]:
-    """A snapshot built from templates: a new top level and ``workers`` map, the entries
-    of steps with waiters new (their waiters are added to them), everything else shared
-    with the cache and with other snapshots of the run (snapshots are read-only)."""
+    """A snapshot built from templates: a new top level, ``workers``, ``streams`` and
+    ``collection_release_states`` map, the entries of steps with waiters new (their
+    waiters are added to them), everything else shared with the cache and with other
+    snapshots of the run (snapshots are read-only below those maps).
+
+    The maps are copies of the frame's private ``base`` (C-level copies: a loop that
+    snapshots after every step takes many snapshots of the same state)."""
+    base = frame.base
+    if base is None:
+        base = frame.base = _build(frame, None)
+    snapshot = base.copy()
+    snapshot["state"] = state_section
+    snapshot["workers"] = workers = base["workers"].copy()
+    snapshot["deliveries"] = []
+    snapshot["streams"] = base["streams"].copy()
+    snapshot["collection_release_states"] = base["collection_release_states"].copy()
+    for name in frame.waiting_steps:
+        template = frame.workers[name]
+        workers[name] = empty_worker() if template is None else _fresh_worker(template)
+    return snapshot
+
+
+def _build(frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any]:
+    """A snapshot built from templates without a ``base`` (see ``_assemble``)."""
     state = frame.state
     waiting = frame.waiting_steps
     return {
@@ -600,6 +649,7 @@ def encode_snapshot(
     With a ``SnapshotCache``, whatever an earlier snapshot of the same run encoded
     and is still unchanged is reused (see the cache for what is shared).
     """
+    one_off = cache is None
     if cache is None:
         idle = _idle_snapshot(state, state_section)
         if idle is not None:
@@ -618,12 +668,12 @@ def encode_snapshot(
         return _assemble(frame, state_section)
     encoder = _Encoder(serializer, cache)
     frame = encoder.frame(state)
-    snapshot = encoder.snapshot(frame, state_section)
+    snapshot = encoder.snapshot(frame, state_section, one_off)
     if encoder.finish():
         # The cache outgrew the state: one more pass keeps only what it refers to.
         pruner = _Pruner(serializer, cache)
         frame = pruner.frame(state)
-        pruner.snapshot(frame, state_section)  # registers the waiters' values
+        pruner.snapshot(frame, state_section, True)  # registers the waiters' values
         pruner.finish()
     cache.frame = frame
     return snapshot
@@ -642,4 +692,4 @@ def _idle_snapshot(state: RunState, state_section: dict[str, Any] | None) -> dic
             return None
         if step.waiters:
             return None
-    return _assemble(_Frame(state, dict.fromkeys(state.steps), {}, {}, frozenset()), state_section)
+    return _build(_Frame(state, dict.fromkeys(state.steps), {}, {}, frozenset()), state_section)

@@ -90,11 +90,13 @@ class SnapshotCache:
     versions of a queue or buffer are derived from private copies, so an edited list
     never leaks into later versions of it.
 
-    Templates are replaced by the ones the latest snapshot used; ``values`` is pruned
-    by a full re-walk of the state whenever it outgrows what the latest snapshot refers
-    to by a constant factor, so the cache stays O(state) at an amortized O(1) cost per
-    change.  ``frame`` (the latest snapshot's templates) makes a snapshot of an
-    unchanged state cost only its new dicts.
+    Templates are replaced by the ones the latest snapshot used; the entries of an
+    invocation that finished (its own, its item's and its event's) are dropped when a
+    snapshot sees it gone, and ``values`` is pruned by a full re-walk of the state
+    whenever it outgrows what the latest snapshot refers to by a constant factor, so the
+    cache stays O(state) at an amortized O(1) cost per change.  ``frame`` (the latest
+    snapshot's templates, and the snapshot assembled from them) makes a snapshot of an
+    unchanged state cost only copies of its top-level maps.
     """
 
     def __init__(self) -> None:
@@ -153,6 +155,9 @@ class _Frame:
     releases: dict[str, dict[str, Any]]
     waiting_steps: frozenset[str]
     """The steps with waiters: their entries are new in every snapshot."""
+    base: dict[str, Any] | None = None
+    """The snapshot of these templates without its state section (private: snapshots
+    are copies of it, see ``tickwork.serde.snapshot._assemble``), made on first use."""
 
     @property
     def has_waiters(self) -> bool:
