@@ -344,8 +344,8 @@ class _Encoder:
         for key, inv in before.items():
             if now.get(key) is inv:  # a dict's get: these are the entries' own maps
                 continue
-            item = inv.item
-            for finished in (inv, item, item.event):
+            # An invocation carries its item's fields: its item's encoding is its own.
+            for finished in (inv, inv.event):
                 hit = values.get(id(finished))
                 if hit is not None and hit[0] is finished:
                     del values[id(finished)]
