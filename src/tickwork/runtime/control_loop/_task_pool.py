@@ -58,6 +58,20 @@ class TaskPool:
         raise NotImplementedError
 
 
+def _plain_task_factory(loop: Any) -> bool:
+    """Whether ``loop`` keeps its task factory as asyncio's ``BaseEventLoop`` does, in
+    its ``_task_factory`` attribute (not so in uvloop, say)."""
+    import asyncio
+
+    base = asyncio.BaseEventLoop
+    kind = type(loop)
+    return (
+        isinstance(loop, base)
+        and kind.get_task_factory is base.get_task_factory
+        and kind.set_task_factory is base.set_task_factory
+    )
+
+
 class AsyncioPool(TaskPool, dict[str, Any]):
     """Plain asyncio tasks and a future per wait.
 
@@ -96,8 +110,13 @@ class AsyncioPool(TaskPool, dict[str, Any]):
     def task_maker(self) -> tuple[Any, Any]:
         """``(task class, event loop)``, with which a caller starts a worker as ``spawn``
         does while the loop has no task factory (and stores the task under its key
-        itself); ``(None, None)`` where ``spawn`` cannot be done so (Python 3.10)."""
-        if not _TASK_CONTEXT_ARGUMENT:
+        itself); ``(None, None)`` where ``spawn`` cannot be done so (Python 3.10), or
+        where the loop's task factory is not asyncio's own attribute.
+
+        The caller reads the factory as ``loop._task_factory`` (what asyncio's
+        ``get_task_factory`` returns, without its frame: one per step), so the pair is
+        given only for a loop whose factory methods are ``BaseEventLoop``'s."""
+        if not _TASK_CONTEXT_ARGUMENT or not _plain_task_factory(self._loop):
             return None, None
         return self._task, self._loop
 

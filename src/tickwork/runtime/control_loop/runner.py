@@ -232,7 +232,8 @@ class _Loop:
         # inlined: a call per step); ``None`` under trio, whose workers leave on exit.
         self.worker_tasks = self.pool.tasks if isinstance(self.pool, AsyncioPool) else None
         # How ``_run_worker`` starts an asyncio worker task itself (``AsyncioPool.spawn``
-        # inlined): the task class, for as long as the event loop has no task factory.
+        # inlined): the task class, for as long as the event loop has no task factory
+        # (read as its ``_task_factory``: only asyncio's own loops give the pair).
         # (Neither is a bound method, which would be one more object per live run.)
         self.new_task: Any = None
         self.event_loop: Any = None
@@ -561,7 +562,7 @@ class _Loop:
         if (
             tasks is not None
             and self.new_task is not None
-            and self.event_loop.get_task_factory() is None
+            and self.event_loop._task_factory is None  # see AsyncioPool.task_maker
         ):
             # What ``AsyncioPool.spawn`` does then, without its frame.
             tasks[invocation.invocation_id] = self.new_task(
