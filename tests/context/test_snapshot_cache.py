@@ -119,6 +119,13 @@ def apply(model: Model, op: str) -> None:
         inv_id = f"inv-{model.mint()}"
         invocation = Invocation(inv_id, "a", len(model.in_progress), item, 0.0)
         model.in_progress = model.in_progress.set(inv_id, invocation)
+    elif op == "start_retried" and model.queue:
+        # Dispatched as a record that differs from the queued one: encoded anew.
+        item, model.queue = model.queue.popleft()
+        inv_id = f"inv-{model.mint()}"
+        again = replace(item, attempts=item.attempts + 1, last_exception=ValueError("x"))
+        invocation = Invocation(inv_id, "a", len(model.in_progress), again, 0.0)
+        model.in_progress = model.in_progress.set(inv_id, invocation)
     elif op == "finish" and model.in_progress:
         inv_id = next(iter(model.in_progress))
         model.in_progress = model.in_progress.delete(inv_id)
@@ -153,6 +160,7 @@ OPS = [
     "pop_odd",
     "retry",
     "start",
+    "start_retried",
     "finish",
     "collect",
     "join",

@@ -230,14 +230,17 @@ class Context(Generic[MODEL_T]):
             )
         cache_type, encode_snapshot = _snapshot_codec()
         ser = serializer or self._serializer
-        section = self.store.to_dict(ser) if include_state else None
         cache = self._snapshot_cache
         if cache is None:
             cache = self._snapshot_cache = cache_type()
         session = self._session
         if session is None:
+            section = self.store.to_dict(ser) if include_state else None
             return encode_snapshot(self._current_run_state(), ser, section, cache)
-        lane = session.stream_lane  # _current_run_state(), inline: loops call this often
+        # The handler face (loops call this after every step): the store, and the state
+        # as _current_run_state() gives it, read inline.
+        section = session.store.to_dict(ser) if include_state else None
+        lane = session.stream_lane
         if lane is not None:
             lane.settle_writes()
         return encode_snapshot(session.state, ser, section, cache)

@@ -329,14 +329,15 @@ class InMemoryStateStore(Generic[MODEL_T]):
         be encoded; known-unserializable keys are skipped with an
         ``UnserializableKeyWarning``.
         """
-        state = self._state
         # An empty dict state changes only by being replaced (writes copy it), so its
         # section is reused while the state object is the same: snapshot loops call this
         # after every step, and most runs never touch the store.  Only such a state's
-        # section is kept, so a hit needs no other check.
+        # section is kept, so a hit needs no other check (nor the ``_state`` property:
+        # a kept section is of a state already built).
         cached = self._empty_section
-        if cached is not None and cached[0] is state and cached[1] is serializer:
+        if cached is not None and cached[0] is self._committed and cached[1] is serializer:
             return cached[2]
+        state = self._state
         if type(state) is not DictState or (state.__pydantic_private__ or {}).get("_data"):
             return string_section(state, serializer)
         cached = self._empty_section = (state, serializer, string_section(state, serializer))

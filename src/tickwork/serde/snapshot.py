@@ -98,6 +98,10 @@ class _Encoder:
         self.workers: dict[str, _Entry] = {}
         self.tables: dict[str, _Entry] = {}
         self.touched = 0
+        # The cache entries of the items this pass saw leave the front of a queue, by
+        # work item id: a dispatched item's invocation reuses its encoding (see
+        # keyed_invocation).
+        self.popped: dict[str, tuple[WorkItem, dict[str, Any]]] = {}
 
     def finish(self) -> bool:
         """Store what this pass used in the cache; whether ``values`` needs pruning."""
@@ -214,12 +218,27 @@ class _Encoder:
         }
 
     def keyed_invocation(self, inv: Invocation) -> tuple[int, dict[str, Any]]:
-        """The sort key of a running invocation and its encoding."""
+        """The sort key of a running invocation and its encoding.
+
+        Its work item fields are encoded as its item's were while the item was queued,
+        when that encoding is at hand (``popped``) and the invocation holds the very
+        same field values (a dispatch copies them): one encoding per item, not two.
+        """
         item: WorkItem = inv  # its work item's fields: encoded and cached per invocation
-        hit = self.old_values.get(id(item))
-        if hit is not None and hit[0] is item:  # queued before: cached_item() inline
+        hit = self.popped.pop(inv.work_item_id, None)
+        if (
+            hit is not None
+            and (queued := hit[0]).event is inv.event  # every field item() encodes
+            and queued.bound_events is inv.bound_events
+            and queued.scope_path is inv.scope_path
+            and queued.recovery_counts is inv.recovery_counts
+            and queued.attempts is inv.attempts
+            and queued.first_attempt_at is inv.first_attempt_at
+            and queued.last_exception is inv.last_exception
+            and queued.last_failed_at is inv.last_failed_at
+            and queued.not_before is inv.not_before
+        ):
             self.touched += 1
-            self.values[id(item)] = hit
             encoded_item: dict[str, Any] = hit[1]
         else:
             encoded_item = self.cached_item(item)
@@ -232,12 +251,12 @@ class _Encoder:
             generations = {bid: buf.generation for bid, buf in view.items()}
         encoded = encoded_item.copy()  # a C clone of the item's table, then its keys
         encoded["worker_id"] = inv.worker_id
-        encoded["invocation_id"] = inv.invocation_id
+        encoded["invocation_id"] = inv_id = inv.invocation_id
         encoded["received"] = [] if received is NO_SENDS else list(received)
         encoded["collected_events"] = collected
         encoded["collect_generations"] = generations
         try:  # _seq() inline
-            seq = int(inv.invocation_id.rsplit("-", 1)[1])
+            seq = int(inv_id.rsplit("-", 1)[1])
         except (IndexError, ValueError):
             seq = 0
         return seq, encoded
@@ -278,13 +297,15 @@ class _Encoder:
         encode_one: Callable[[Any], Any],
         everything: Callable[[], Iterable[Any]],
         previous: _Seq | None,
+        popped: dict[str, Any] | None = None,
     ) -> _Seq:
         """Encode a persistent sequence (front cells in order, then back cells reversed).
 
         When the cells are shared with ``previous`` the encoding is derived from it:
         pops advance the front, appends prepend back cells, so only the new elements
         are encoded, and the new version takes ``previous``'s private list over.  An
-        unchanged sequence reuses ``previous`` as is.
+        unchanged sequence reuses ``previous`` as is.  ``popped`` (queues): the cache
+        entries of the items that left the front move there (see ``_pop_entries``).
         """
         if previous is not None and not previous.spent:
             dropped = _advance(previous.front, front, len(previous.encoded))
@@ -294,6 +315,8 @@ class _Encoder:
                 if not (dropped or added):
                     return previous
                 fresh = [encode_one(x) for x in reversed(added)]
+                if popped is not None and dropped:
+                    self._pop_entries(previous.front, dropped, popped)
                 # Nothing raised: the new version takes the list over (no copy).
                 encoded = previous.take()
                 del encoded[:dropped]
@@ -304,7 +327,26 @@ class _Encoder:
     def queue(self, queue: PQueue[WorkItem], previous: _Seq | None) -> _Seq:
         """The encoded items of a step queue, in order."""
         front, back = queue.cells()
-        return self.sequence(front, back, len(queue), self.cached_item, queue.to_list, previous)
+        return self.sequence(
+            front, back, len(queue), self.cached_item, queue.to_list, previous, self.popped
+        )
+
+    def _pop_entries(self, cell: Any, count: int, popped: dict[str, Any]) -> None:
+        """Move the cache entries of the ``count`` items from ``cell`` on (they left the
+        queue's front) from ``values`` to ``popped``, by work item id.
+
+        An item leaves a queue, as a rule, to be dispatched: its invocation, met later
+        in this pass, takes the entry over (``keyed_invocation``).  Either way the item
+        is in the queue no more, so the cache stops holding it (one still in the state
+        elsewhere is only encoded again when met).
+        """
+        values = self.values
+        for _ in range(count):
+            item = cell[0]
+            cell = cell[1]
+            hit = values.pop(id(item), None)
+            if hit is not None and hit[0] is item:
+                popped[item.work_item_id] = hit
 
     def buffer(self, buffer: PList[Any], previous: _Seq | None) -> _Seq:
         """The serializer texts of an append-only buffer, oldest first."""
@@ -340,15 +382,15 @@ class _Encoder:
         still in the state elsewhere (a retried item, an event also buffered) is only
         encoded again when met.
         """
-        values = self.values
+        drop = self.values.pop
         for key, inv in before.items():
             if now.get(key) is inv:  # a dict's get: these are the entries' own maps
                 continue
-            # An invocation carries its item's fields: its item's encoding is its own.
-            for finished in (inv, inv.event):
-                hit = values.get(id(finished))
-                if hit is not None and hit[0] is finished:
-                    del values[id(finished)]
+            # An invocation carries its item's fields: its item's encoding is its own.  An
+            # entry holds its value, so one found under the id of a live object is that
+            # object's: no identity check is needed.
+            drop(id(inv), None)
+            drop(id(inv.event), None)
 
     def worker_template(
         self, step: StepRunState, previous: _Entry | None, parts: dict[str, Any]
@@ -649,6 +691,16 @@ def encode_snapshot(
     With a ``SnapshotCache``, whatever an earlier snapshot of the same run encoded
     and is still unchanged is reused (see the cache for what is shared).
     """
+    if cache is not None:
+        frame = cache.frame
+        if (
+            frame is not None
+            and frame.state is state
+            and frame.reusable
+            and cache.serializer is serializer
+        ):
+            # The same state record as last time: only the maps are new.
+            return _assemble(frame, state_section)
     one_off = cache is None
     if cache is None:
         idle = _idle_snapshot(state, state_section)
@@ -657,15 +709,6 @@ def encode_snapshot(
         cache = SnapshotCache()
     if cache.serializer is not serializer:
         cache.reset(serializer)
-    frame = cache.frame
-    if (
-        frame is not None
-        and frame.state is state
-        and not frame.has_waiters
-        and state.holdings is NO_HOLDINGS
-    ):
-        # The same state record as last time: only the dicts are new.
-        return _assemble(frame, state_section)
     encoder = _Encoder(serializer, cache)
     frame = encoder.frame(state)
     snapshot = encoder.snapshot(frame, state_section, one_off)
@@ -675,6 +718,7 @@ def encode_snapshot(
         frame = pruner.frame(state)
         pruner.snapshot(frame, state_section, True)  # registers the waiters' values
         pruner.finish()
+    frame.reusable = not frame.waiting_steps and state.holdings is NO_HOLDINGS
     cache.frame = frame
     return snapshot
 

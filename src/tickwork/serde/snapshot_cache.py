@@ -92,9 +92,11 @@ class SnapshotCache:
 
     Templates are replaced by the ones the latest snapshot used; the entries of an
     invocation that finished (its own, its item's and its event's) are dropped when a
-    snapshot sees it gone, and ``values`` is pruned by a full re-walk of the state
-    whenever it outgrows what the latest snapshot refers to by a constant factor, so the
-    cache stays O(state) at an amortized O(1) cost per change.  ``frame`` (the latest
+    snapshot sees it gone, a queued item's when a snapshot sees it leave the front of
+    its queue (its invocation, if it was dispatched, reuses the item's encoding), and
+    ``values`` is pruned by a full re-walk of the state whenever it outgrows what the
+    latest snapshot refers to by a constant factor, so the cache stays O(state) at an
+    amortized O(1) cost per change.  ``frame`` (the latest
     snapshot's templates, and the snapshot assembled from them) makes a snapshot of an
     unchanged state cost only copies of its top-level maps.
     """
@@ -158,6 +160,9 @@ class _Frame:
     base: dict[str, Any] | None = None
     """The snapshot of these templates without its state section (private: snapshots
     are copies of it, see ``tickwork.serde.snapshot._assemble``), made on first use."""
+    reusable: bool = False
+    """Whether a snapshot of the same state is ``_assemble``'s copies alone (nothing is
+    encoded anew: no waiters, nothing held); set by ``encode_snapshot``."""
 
     @property
     def has_waiters(self) -> bool:
