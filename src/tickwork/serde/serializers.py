@@ -189,6 +189,27 @@ def model_text(model: BaseModel, tails: dict[type, str] | None = None) -> str:
     return "".join([_MODEL_TEXT_HEAD, *_pieces(dumped, 0), tail])
 
 
+MODEL_TEXT_HEAD = _MODEL_TEXT_HEAD
+"""How ``model_text`` begins (see ``plain_text_parts``)."""
+
+
+def plain_text_parts(cls: type, tails: dict[type, str]) -> tuple[Any, PlainFields, str] | None:
+    """What ``model_text(model, tails)`` is written from for events of ``cls``: its pydantic
+    serializer, its plain fields and its tail, when ``model_text`` has decided that the
+    class is plain and keeps its tail in ``tails`` (``None`` otherwise).
+
+    While ``cls.__pydantic_serializer__`` is the one returned, ``model_text(model, tails)``
+    is ``MODEL_TEXT_HEAD + plain_text(model, fields) + tail`` for every event whose
+    ``plain_text`` is not ``None``: a caller writing many events of one class (snapshots)
+    keeps these parts and skips ``model_text``'s lookups.
+    """
+    entry = PLAIN_CLASSES.get(cls)
+    tail = tails.get(cls)
+    if entry is None or entry[1] is None or tail is None:
+        return None
+    return entry[0], entry[1], tail
+
+
 def _pydantic_value_text(model: BaseModel) -> str:
     """The text of ``model``'s dump written by pydantic and the encoder."""
     return _dumps(type(model).__pydantic_serializer__.to_python(model, mode="json"))

@@ -30,11 +30,14 @@ from tickwork.runtime.types.state import (
     Waiter,
     WorkItem,
 )
+from tickwork.serde.plain_text import plain_text
 from tickwork.serde.requirements import encode_requirements
 from tickwork.serde.serializers import (
+    MODEL_TEXT_HEAD,
     BaseSerializer,
     JsonSerializer,
     model_text,
+    plain_text_parts,
     writes_model_text,
 )
 from tickwork.serde.snapshot_cache import (
@@ -89,6 +92,7 @@ class _Encoder:
         # returns for them (no envelope dict, the class name written once per class).
         self.model_text = writes_model_text(serializer)
         self.tails = cache.tails
+        self.plain = cache.plain
         self.cache = cache
         # Values are looked up in old_values and kept in values: the same dict, except
         # in a pruning pass (see _Pruner).
@@ -125,19 +129,37 @@ class _Encoder:
         hit = self.old_values.get(key)
         if hit is None or hit[0] is not event:
             text: str | None = None
-            if (
-                self.model_text
-                and type(event) is not CollectionReleaseEvent
-                and isinstance(event, BaseModel)
-            ):  # the common case, without a call to _event_text
-                try:
-                    text = model_text(event, self.tails)
-                except Exception:  # _event_text ends with serialize(), which explains it
-                    text = None
+            cls = type(event)
+            parts = self.plain.get(cls)  # model_text() inline, for a class known plain
+            if parts is not None and parts[0] is cls.__pydantic_serializer__:
+                value = plain_text(event, parts[1])
+                if value is not None:
+                    text = MODEL_TEXT_HEAD + value + parts[2]
+            if text is None:
+                text = self._model_text(event)
             hit = (event, self._event_text(event) if text is None else text)
         self.values[key] = hit
         found: str = hit[1]
         return found
+
+    def _model_text(self, event: Any) -> str | None:
+        """``model_text(event)`` when the serializer writes that for ``event`` and it
+        succeeds (``None``: use ``_event_text``); the parts of a plain class's text are
+        kept in ``plain`` for its next events (see ``plain_text_parts``)."""
+        if (
+            not self.model_text
+            or type(event) is CollectionReleaseEvent
+            or not isinstance(event, BaseModel)
+        ):
+            return None
+        try:
+            text = model_text(event, self.tails)
+        except Exception:  # _event_text ends with serialize(), which explains it
+            return None
+        parts = plain_text_parts(type(event), self.tails)  # again after a model_rebuild()
+        if parts is not None:
+            self.plain[type(event)] = parts
+        return text
 
     def _event_text(self, event: Any) -> str:
         """The serializer text of ``event``."""
@@ -166,14 +188,30 @@ class _Encoder:
         empty = self.serialize(event.model_copy(update={"events": []}))
         if not empty.startswith(_RELEASE_PREFIX):
             return None
-        members = ", ".join(self.event(member) or "null" for member in event.events)
+        members = ", ".join([text or "null" for text in self.events(event.events)])
         start = len(_RELEASE_PREFIX) - 1  # keeps the "]" of the empty list
         return _RELEASE_PREFIX[:-1] + members + empty[start:]
 
     def events(self, events: Iterable[Any]) -> list[str | None]:
-        """The serializer texts of ``events``, in order."""
-        event = self.event
-        return [event(ev) for ev in events]
+        """The serializer texts of ``events``, in order.
+
+        A cached text is taken here (``event()`` inline, without a call per event): the
+        events of a join's batch or of a collect buffer are, as a rule, cached already,
+        and there are thousands of them.
+        """
+        old_values, values, event = self.old_values, self.values, self.event
+        texts: list[str | None] = []
+        hits = 0
+        for ev in events:
+            hit = old_values.get(id(ev))
+            if hit is not None and hit[0] is ev:
+                values[id(ev)] = hit
+                texts.append(hit[1])
+                hits += 1
+            else:
+                texts.append(event(ev))
+        self.touched += hits
+        return texts
 
     def cached_item(self, item: WorkItem) -> dict[str, Any]:
         """The encoding of a queued item, shared while the item object is unchanged."""
@@ -255,9 +293,9 @@ class _Encoder:
         encoded["received"] = [] if received is NO_SENDS else list(received)
         encoded["collected_events"] = collected
         encoded["collect_generations"] = generations
-        try:  # _seq() inline
-            seq = int(inv_id.rsplit("-", 1)[1])
-        except (IndexError, ValueError):
+        try:  # _seq() inline (the text after the last "-", without a list of parts)
+            seq = int(inv_id[inv_id.rindex("-") + 1 :])
+        except ValueError:
             seq = 0
         return seq, encoded
 
@@ -658,9 +696,10 @@ def _build(frame: _Frame, state_section: dict[str, Any] | None) -> dict[str, Any
 
 
 def _seq(identifier: str) -> int:
+    """The number after the last "-" of an invocation id (0 if none): its sort key."""
     try:
-        return int(identifier.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
+        return int(identifier[identifier.rindex("-") + 1 :])
+    except ValueError:
         return 0
 
 

@@ -13,6 +13,7 @@ from operator import itemgetter
 from typing import Any
 
 from tickwork.runtime.types.state import RunState
+from tickwork.serde.plain_text import PlainFields
 from tickwork.serde.serializers import BaseSerializer
 
 __all__ = ["SnapshotCache"]
@@ -78,8 +79,10 @@ class SnapshotCache:
     (``values``), the template of each step's worker entry (``workers``), the stream and
     release tables and their records (``tables``), and persistent-container cells
     (queues and buffers, see ``_Encoder.sequence``); ``tails`` keeps the end of an
-    event's text (its class name) by class.  A new snapshot therefore encodes only what
-    changed and builds its own dicts; everything else is reused.
+    event's text (its class name) by class, and ``plain`` what the text of an event of a
+    plain class is written from (see ``tickwork.serde.serializers.plain_text_parts``).
+    A new snapshot therefore encodes only what changed and builds its own dicts;
+    everything else is reused.
     Without it, snapshotting at every NOT_RUNNING of an n-item fan-out re-serializes the
     whole queue n times.
 
@@ -105,6 +108,7 @@ class SnapshotCache:
         self.serializer: BaseSerializer | None = None
         self.values: dict[int, tuple[Any, Any]] = {}
         self.tails: dict[type, str] = {}
+        self.plain: dict[type, tuple[Any, PlainFields, str]] = {}
         self.workers: dict[str, _Entry] = {}
         self.tables: dict[str, _Entry] = {}
         self.frame: _Frame | None = None
@@ -114,6 +118,7 @@ class SnapshotCache:
         self.serializer = serializer
         self.values = {}
         self.tails = {}
+        self.plain = {}
         self.workers = {}
         self.tables = {}
         self.frame = None
