@@ -271,6 +271,22 @@ def test_unchanged_parts_are_shared_between_snapshots() -> None:
     assert first["streams"]["stream-1"] is second["streams"]["stream-1"]
 
 
+def test_every_snapshot_of_an_unchanged_state_has_its_own_maps() -> None:
+    model, cache = Model(), SnapshotCache()
+    for op in ["append", "append", "start", "finish", "stream"]:
+        apply(model, op)
+    state = model.build()
+    # The first snapshot makes the frame's base; the next ones are copies of it (taken in
+    # encode_snapshot), and so are those after a pruning pass, whose frame has no base.
+    taken = [assert_cached_equals_fresh(cache, state) for _ in range(3)]
+    cache.frame.base = None  # type: ignore[union-attr]
+    taken += [assert_cached_equals_fresh(cache, state) for _ in range(2)]
+    for key in ["workers", "deliveries", "streams", "collection_release_states"]:
+        assert len({id(snap[key]) for snap in taken}) == len(taken)
+    assert len({id(snap) for snap in taken}) == len(taken)
+    assert all(json.dumps(snap) == json.dumps(taken[0]) for snap in taken)
+
+
 def test_changed_queues_and_buffers_are_derived_from_the_cache_own_copies() -> None:
     model, cache = Model(), SnapshotCache()
     for op in ["append", "append", "append", "start", "finish", "collect", "join"]:

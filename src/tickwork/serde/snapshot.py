@@ -738,7 +738,17 @@ def encode_snapshot(
             and frame.reusable
             and cache.serializer is serializer
         ):
-            # The same state record as last time: only the maps are new.
+            # The same state record as last time: only the maps are new (_assemble()
+            # inline: a loop that snapshots after every step takes mostly these).
+            base = frame.base
+            if base is not None:
+                snapshot = base.copy()
+                snapshot["state"] = state_section
+                snapshot["workers"] = base["workers"].copy()
+                snapshot["deliveries"] = []
+                snapshot["streams"] = base["streams"].copy()
+                snapshot["collection_release_states"] = base["collection_release_states"].copy()
+                return snapshot
             return _assemble(frame, state_section)
     one_off = cache is None
     if cache is None:
