@@ -564,9 +564,11 @@ class _Loop:
             and self.new_task is not None
             and self.event_loop._task_factory is None  # see AsyncioPool.task_maker
         ):
-            # What ``AsyncioPool.spawn`` does then, without its frame.
-            tasks[invocation.invocation_id] = self.new_task(
-                worker, loop=self.event_loop, context=self.spawn_context.copy()
+            # What ``AsyncioPool.spawn`` does then, without its frame (the task named
+            # after its invocation, as there).
+            key = invocation.invocation_id
+            tasks[key] = self.new_task(
+                worker, loop=self.event_loop, context=self.spawn_context.copy(), name=key
             )
         else:
             self.pool.spawn(invocation.invocation_id, worker, self.spawn_context)
