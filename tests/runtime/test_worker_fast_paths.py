@@ -6,6 +6,9 @@
   a class that passed as a bare event is not checked again, and everything else is
   checked every time, as ``check_return_value`` checks it.
 - A step's worker task is named after its invocation id, whichever way it was started.
+- A step started by the loop's ``_process`` itself (the stream buffered, no reader
+  waiting) and one started through ``_run_worker`` (a reader waiting) publish the same
+  step states.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import pytest
 
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
 from tickwork.errors import WorkflowRuntimeError
+from tickwork.events import StepStateChanged
 from tickwork.runtime import step_worker
+from tickwork.runtime.control_loop import runner
 from tickwork.runtime.step_scope import CURRENT_SCOPE, StepScope
 from tickwork.runtime.step_worker import StepInvoker
 
@@ -210,3 +215,53 @@ async def test_a_step_task_is_named_after_its_invocation(anyio_backend: str) -> 
         loop.set_task_factory(None)
     assert len(workflow.names) == 4
     assert all(name == invocation_id for name, invocation_id in workflow.names)
+
+
+class Chain(Workflow):
+    @step
+    async def begin(self, ev: StartEvent) -> Ping:
+        return Ping(n=0)
+
+    @step
+    async def hop(self, ev: Ping) -> Ping | StopEvent:
+        await anyio.sleep(0)  # a reader streaming the run gets to wait on the stream
+        if ev.n >= 3:
+            return StopEvent(result=ev.n)
+        return Ping(n=ev.n + 1)
+
+
+def _state_changes(events: list[Any]) -> list[tuple[Any, ...]]:
+    return [
+        (ev.name, ev.step_state, ev.worker_id, ev.input_event_name, ev.output_event_name)
+        for ev in events
+        if isinstance(ev, StepStateChanged)
+    ]
+
+
+async def test_step_states_are_the_same_whether_a_reader_waits_or_not(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[str] = []
+    run_worker = runner._Loop._run_worker
+
+    def counting(loop: Any, command: Any) -> None:
+        started.append(command.invocation.step)
+        run_worker(loop, command)
+
+    monkeypatch.setattr(runner._Loop, "_run_worker", counting)
+    # Read once the run is over: nobody waits on the stream while it runs.
+    handler = Chain(timeout=None).run()
+    assert await handler == 3
+    late = [ev async for ev in handler.stream_events(expose_internal=True)]
+    through_run_worker_late = len(started)
+    # Read as the run goes: a reader waits on the stream.
+    started.clear()
+    handler = Chain(timeout=None).run()
+    live = [ev async for ev in handler.stream_events(expose_internal=True)]
+    assert await handler == 3
+    assert _state_changes(live) == _state_changes(late)
+    assert len(_state_changes(live)) == 2 * 5  # RUNNING and NOT_RUNNING per step
+    assert [type(ev) for ev in live] == [type(ev) for ev in late]
+    if anyio_backend == "asyncio":
+        assert through_run_worker_late == 0  # the loop started every step itself
+    assert started  # some steps started while the reader waited
