@@ -5,6 +5,8 @@
 - A direct body's return value is checked once per class (``StepInvoker.event_returns``):
   a class that passed as a bare event is not checked again, and everything else is
   checked every time, as ``check_return_value`` checks it.
+- A step's invoker is built once, on its first invocation, and read from the plain
+  ``StepInvokers.table`` from then on.
 - A step's worker task is named after its invocation id, whichever way it was started.
 - A step started by the loop's ``_process`` itself (the stream buffered, no reader
   waiting) and one started through ``_run_worker`` (a reader waiting) publish the same
@@ -215,6 +217,21 @@ async def test_a_step_task_is_named_after_its_invocation(anyio_backend: str) -> 
         loop.set_task_factory(None)
     assert len(workflow.names) == 4
     assert all(name == invocation_id for name, invocation_id in workflow.names)
+
+
+async def test_an_invoker_is_built_once_then_read_from_the_table() -> None:
+    workflow = Named(timeout=None)
+    workflow.names = []
+    workflow._reducer_config()
+    invokers = workflow._invokers
+    assert invokers.table == {}  # none built before the first run
+    assert await workflow.run() == 2  # the workers build them (invokers[step])
+    built = dict(invokers.table)
+    assert set(built) == {"begin", "hop"}
+    assert await workflow.run() == 2  # the workers read them from the table
+    assert invokers.table.keys() == built.keys()
+    assert all(invokers.table[name] is built[name] for name in built)
+    assert invokers["hop"] is built["hop"]
 
 
 class Chain(Workflow):
