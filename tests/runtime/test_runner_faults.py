@@ -43,7 +43,8 @@ async def test_a_bug_in_the_worker_machinery_fails_the_run(
     def broken_scope(*args: Any) -> Any:
         raise Boom("the step scope could not be built")
 
-    monkeypatch.setattr(step_worker, "open_scope", broken_scope)
+    # The worker builds its step scope with ``new_record`` (``open_scope`` inlined).
+    monkeypatch.setattr(step_worker, "new_record", broken_scope)
     with anyio.fail_after(5):
         with pytest.raises(Boom, match="step scope could not be built"):
             await TwoSteps(timeout=None).run()

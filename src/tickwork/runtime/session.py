@@ -52,7 +52,7 @@ from tickwork.runtime.control_loop.runner import (
 from tickwork.runtime.done_flag import DoneFlag
 from tickwork.runtime.event_stream import EventStream
 from tickwork.runtime.run_slots import RunSlots
-from tickwork.runtime.step_worker import StepInvoker, execute_invocation
+from tickwork.runtime.step_worker import StepInvokers, execute_invocation
 from tickwork.runtime.tracing import StepSpan, end_run_span, start_run_span, step_span
 from tickwork.runtime.types.state import Invocation, RunConfig, RunState, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, CancelRun, Tick
@@ -236,7 +236,7 @@ class RunSession(DoneFlag):
         *,
         workflow: Any,
         config: RunConfig,
-        invokers: Mapping[str, StepInvoker],
+        invokers: StepInvokers,
         init_state: RunState,
         run_id: str,
         store: Any,

@@ -29,7 +29,6 @@ from tickwork.events import StopEvent
 from tickwork.retry_policy import RetryInfo
 from tickwork.runtime.control_loop.runner import TickFeed
 from tickwork.runtime.control_loop.streams import EMPTY_BUFFER, decide_collect
-from tickwork.runtime.types.evolve import new_record
 from tickwork.runtime.types.results import CollectOp, Suspend, WaiterRequest
 from tickwork.runtime.types.state import CollectBuffer, Invocation, RunConfig, StepSpec
 from tickwork.runtime.types.ticks import AddEvent, PublishEvent, Tick
@@ -42,7 +41,6 @@ __all__ = [
     "check_send_target",
     "current_step_context",
     "implicit_waiter_id",
-    "open_scope",
 ]
 
 _log = logging.getLogger("tickwork.runtime")
@@ -154,7 +152,11 @@ class ScopeHost(Protocol):
 
 
 class StepScope:
-    """The per-invocation state behind a step-face ``Context``."""
+    """The per-invocation state behind a step-face ``Context``.
+
+    A worker builds its scope without calling the class (``execute_invocation``, one
+    per step): a new slot must be written there too.
+    """
 
     __slots__ = (
         "__weakref__",
@@ -351,22 +353,3 @@ class StepScope:
             last_exception=item.last_exception,  # type: ignore[arg-type]
             last_failed_at=failed_at,
         )
-
-
-def open_scope(session: ScopeHost, invocation: Invocation, lane: TickFeed) -> StepScope:
-    """``StepScope(session, invocation, lane, session.loop_thread)`` without a class call
-    (see ``new_record``): a worker opens one per step.  Every slot is written here, as
-    ``__init__`` writes it; a new slot must be written in both."""
-    scope: StepScope = new_record(StepScope)
-    scope.session = session
-    scope.invocation = invocation
-    scope.lane = lane
-    scope.loop_thread = session.loop_thread
-    scope.sends = 0
-    scope.returned = False
-    scope.collect_ops = ()
-    scope.deleted_waiters = ()
-    scope.views = None
-    scope.face = None
-    scope.worker_thread = None
-    return scope

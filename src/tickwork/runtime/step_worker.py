@@ -25,7 +25,7 @@ from tickwork.errors import StepTimeoutError, WorkflowRuntimeError
 from tickwork.events import Event
 from tickwork.retry_policy import call_policy, retry_seed
 from tickwork.runtime.control_loop.runner import WorkerLane
-from tickwork.runtime.step_scope import CURRENT_SCOPE, ScopeHost, StepScope, Suspend, open_scope
+from tickwork.runtime.step_scope import CURRENT_SCOPE, ScopeHost, StepScope, Suspend
 from tickwork.runtime.types.evolve import new_record
 from tickwork.runtime.types.kinds import IS_EVENT
 from tickwork.runtime.types.results import Completed, Failed, StepOutcome, Suspended
@@ -41,7 +41,7 @@ class WorkerHost(ScopeHost, Protocol):
     """
 
     @property
-    def invokers(self) -> Mapping[str, StepInvoker]:
+    def invokers(self) -> StepInvokers:
         """Step name -> how to call it."""
         ...
 
@@ -101,6 +101,7 @@ class StepInvoker:
         "context_parameter",
         "direct",
         "event_name",
+        "event_returns",
         "fn",
         "is_async",
         "list_only_types",
@@ -125,6 +126,11 @@ class StepInvoker:
             config.collection_param[0] if config.collection_param is not None else None
         )
         self.resources: list[Any] = list(config.resources)
+        self.event_returns: set[type] = set()
+        """Classes of the values this step returned that passed as bare events (an
+        ``Event``, not one of its list-only types): another value of one of them needs
+        no check (see ``_check_direct_return``).  A cache: shared by the runs of the
+        workflow, and losing an entry only costs a check."""
         # The common shape: an async body with no resources and no per-step timeout,
         # awaited right in execute_invocation (no extra coroutine layer).
         self.direct = self.is_async and not self.resources and self.timeout is None
@@ -173,20 +179,28 @@ def _positional_order(fn: Callable[..., Any], event_name: str, context_name: str
     return NO_POSITIONAL
 
 
-class StepInvokers(dict[str, StepInvoker]):
+class StepInvokers:
     """Step name -> ``StepInvoker``, each built when first asked for: one table per
-    workflow instance and step registry, shared by all its runs (a dict lookup per
-    invocation once built)."""
+    workflow instance and step registry, shared by all its runs.
 
-    __slots__ = ("_config", "_functions")
+    The invokers built so far are in ``table``, a plain dict, which a worker reads
+    first: a subscript of a dict subclass (one with ``__missing__``, say) goes through a
+    method call, some 200 machine instructions per step.
+    """
+
+    __slots__ = ("_config", "_functions", "table")
 
     def __init__(self, functions: Mapping[str, Callable[..., Any]], config: RunConfig) -> None:
-        super().__init__()
         self._functions = functions
         self._config = config
+        self.table: dict[str, StepInvoker] = {}
 
-    def __missing__(self, step: str) -> StepInvoker:
-        invoker = self[step] = StepInvoker(self._functions[step], self._config.steps[step])
+    def __getitem__(self, step: str) -> StepInvoker:
+        """The invoker of ``step``, built if it is not yet."""
+        invoker = self.table.get(step)
+        if invoker is None:
+            spec = self._config.steps[step]
+            invoker = self.table[step] = StepInvoker(self._functions[step], spec)
         return invoker
 
 
@@ -308,8 +322,25 @@ async def execute_invocation(session: WorkerHost, invocation: Invocation, lane: 
     outcome: StepOutcome
     lane.unstarted -= 1
     try:
-        scope = open_scope(session, invocation, lane)
-        invoker = session.invokers[invocation.step]
+        # StepScope(session, invocation, lane, session.loop_thread) without a class call
+        # or a helper's frame (see new_record): one per step.  Every slot is written
+        # here, as ``StepScope.__init__`` writes it; a new slot must be written in both.
+        scope: StepScope = new_record(StepScope)
+        scope.session = session
+        scope.invocation = invocation
+        scope.lane = lane
+        scope.loop_thread = session.loop_thread
+        scope.sends = 0
+        scope.returned = False
+        scope.collect_ops = ()
+        scope.deleted_waiters = ()
+        scope.views = None
+        scope.face = None
+        scope.worker_thread = None
+        try:  # the built invokers as a plain dict (see StepInvokers)
+            invoker = session.invokers.table[invocation.step]
+        except KeyError:
+            invoker = session.invokers[invocation.step]
         span = session.step_span(invocation) if session.run_span is not None else None
         try:
             if invoker.direct:
@@ -318,9 +349,8 @@ async def execute_invocation(session: WorkerHost, invocation: Invocation, lane: 
                     value = await invoker.fn(invocation.event)
                 else:
                     value = await _call_direct(invocation, invoker, scope)
-                kind = type(value)
-                if not (IS_EVENT[kind] and kind not in invoker.list_only_types):
-                    check_return_value(invoker.spec, value)  # None, a list, or a wrong value
+                if type(value) not in invoker.event_returns:
+                    _check_direct_return(invoker, value)
             elif invoker.timeout is None:
                 value = await _run_body(session, invocation, invoker, scope)
             else:
@@ -362,6 +392,30 @@ async def execute_invocation(session: WorkerHost, invocation: Invocation, lane: 
     # A failure's traceback holds this frame: drop the outcome (which holds the
     # exception) so that the two do not keep each other alive for the GC to find.
     del outcome
+
+
+_MAX_EVENT_RETURNS = 64
+"""The most classes a ``StepInvoker.event_returns`` holds (a program making event
+classes on the fly must not keep them all alive through it)."""
+
+
+def _check_direct_return(invoker: StepInvoker, value: Any) -> None:
+    """``check_return_value`` for a direct body's ``value``, remembering its class in
+    ``invoker.event_returns`` when it is a bare event the step may return.
+
+    Such a value needs no check: it is an ``Event`` and not of a list-only type, which is
+    all ``check_return_value`` asks of it.  A step returns the same few classes over and
+    over, and a set lookup is cheaper than asking ``IS_EVENT`` and ``list_only_types``
+    (a subscript of a dict subclass goes through a method call) on every return.
+    """
+    kind = type(value)
+    if IS_EVENT[kind] and kind not in invoker.list_only_types:
+        returns = invoker.event_returns
+        if len(returns) >= _MAX_EVENT_RETURNS:
+            returns.clear()
+        returns.add(kind)
+        return
+    check_return_value(invoker.spec, value)  # None, a list, or a wrong value
 
 
 def _completed_with_ops(value: Any, scope: StepScope) -> Completed:

@@ -31,7 +31,13 @@ class TaskPool:
     __slots__ = ()
 
     def spawn(self, key: str, worker: Coroutine[Any, Any, None], context: Context) -> None:
-        """Start ``worker`` as the task of worker ``key`` in a copy of ``context``."""
+        """Start ``worker`` as the task of worker ``key`` in a copy of ``context``.
+
+        The task is named ``key`` (the invocation id): a task made without a name gets
+        one formatted from a counter (``Task-<n>``, eagerly in asyncio before Python
+        3.12: about 1,400 machine instructions per step), and the invocation id, a
+        string that exists already, also says which invocation the task runs.
+        """
         raise NotImplementedError
 
     def done(self, key: str) -> None:
@@ -99,12 +105,16 @@ class AsyncioPool(TaskPool, dict[str, Any]):
         task: Any
         loop = self._loop
         if not _TASK_CONTEXT_ARGUMENT:  # Python 3.10: a task copies the current context
-            task = context.run(loop.create_task, worker)
+            task = context.run(loop.create_task, worker, name=key)
         elif loop.get_task_factory() is None:
             # What create_task() does with no task factory, minus its checks and frame.
-            task = self._task(worker, loop=loop, context=context.copy())
+            task = self._task(worker, loop=loop, context=context.copy(), name=key)
         else:
-            task = loop.create_task(worker, context=context.copy())  # type: ignore[call-arg]
+            task = loop.create_task(
+                worker,
+                context=context.copy(),  # type: ignore[call-arg]
+                name=key,
+            )
         self[key] = task
 
     def task_maker(self) -> tuple[Any, Any]:
@@ -208,7 +218,7 @@ class TrioPool(TaskPool):
         """Start ``worker`` in ``nursery``; until its task begins, its key maps to
         ``None`` (a cancel then drops it: see ``_run``)."""
         self._scopes[key] = None
-        context.run(nursery.start_soon, self._run, key, worker)
+        context.run(nursery.start_soon, self._run, key, worker, name=key)
 
     async def _run(self, key: str, worker: Coroutine[Any, Any, None]) -> None:
         try:

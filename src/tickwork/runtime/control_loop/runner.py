@@ -435,6 +435,30 @@ class _Loop:
                     )
                 else:
                     self.sink.push(command)
+            elif type(command) is RunWorker:
+                # ``_run_worker`` without its frame (every step starts one), where it
+                # would append the record and start the asyncio task itself.
+                tasks = self.worker_tasks
+                items = self.stream.quiet_items
+                if (
+                    tasks is None
+                    or items is None
+                    or self.new_task is None
+                    or self.event_loop._task_factory is not None
+                ):
+                    self._run_worker(command)
+                    continue
+                invocation = command.invocation
+                event_type: Any = type(invocation.event)  # hashable, unlike type[Any] for mypy
+                items.append(running_record(invocation.step, invocation.worker_id, event_type))
+                self.unstarted += 1  # until the worker begins (see ``WorkerLane.unstarted``)
+                key = invocation.invocation_id
+                tasks[key] = self.new_task(
+                    self.run_step(self.adapter, invocation, self),
+                    loop=self.event_loop,
+                    context=self.spawn_context.copy(),
+                    name=key,
+                )
             else:
                 handlers[type(command)](self, command)
 
@@ -548,6 +572,9 @@ class _Loop:
     # -- commands ------------------------------------------------------------------
 
     def _run_worker(self, command: RunWorker) -> None:
+        """Record the invocation's RUNNING state and start its worker task (``_process``
+        does both itself when the stream is buffered and asyncio makes the task: keep
+        the two alike)."""
         invocation = command.invocation
         # The command stands for the invocation's RUNNING state in the stream.
         items = self.stream.quiet_items
@@ -564,15 +591,21 @@ class _Loop:
             and self.new_task is not None
             and self.event_loop._task_factory is None  # see AsyncioPool.task_maker
         ):
-            # What ``AsyncioPool.spawn`` does then, without its frame.
-            tasks[invocation.invocation_id] = self.new_task(
-                worker, loop=self.event_loop, context=self.spawn_context.copy()
+            # What ``AsyncioPool.spawn`` does then, without its frame (the task named
+            # after its invocation, as there).
+            key = invocation.invocation_id
+            tasks[key] = self.new_task(
+                worker, loop=self.event_loop, context=self.spawn_context.copy(), name=key
             )
         else:
             self.pool.spawn(invocation.invocation_id, worker, self.spawn_context)
 
     def report(self, invocation: Invocation, outcome: StepOutcome) -> None:
-        """A worker's outcome (a cancelled worker reports none): post it as a tick."""
+        """A worker's outcome (a cancelled worker reports none): post it as a tick.
+
+        The common case, a result while the loop sleeps with nothing else posted, is
+        reduced here as ``_drain_inline`` would (without its frame: one per step).
+        """
         tasks = self.worker_tasks
         if tasks is not None:
             tasks.pop(invocation.invocation_id, None)  # what AsyncioPool.done does
@@ -581,10 +614,34 @@ class _Loop:
         tick.step = invocation.step
         tick.invocation_id = invocation.invocation_id
         tick.outcome = outcome
-        if self.exit is None and self.waiting and self.drains_inline and not self.unstarted:
-            self._drain_inline(tick)  # what post() does then, without its frame
-        else:
+        if not (self.exit is None and self.waiting and self.drains_inline and not self.unstarted):
             self.post(tick)
+            return
+        if self.inbox:
+            self._drain_inline(tick)  # what post() does then, without its frame
+            return
+        # What ``_drain_inline(tick)`` does with an empty inbox.
+        timers = len(self.heap)
+        self.waiting = False
+        try:
+            self._process(tick)
+            while self.inbox and self.exit is None:
+                self._take_available()
+                self._drain()
+        except Exception as error:  # a runtime bug: let the loop task raise it
+            self.crash = error
+            self.drains_inline = False
+        finally:
+            self.waiting = True
+        if self.exit is not None:
+            self.adapter.finish(self.exit)
+        if (
+            self.crash is not None
+            or self.exit is not None
+            or self.idle_requested
+            or len(self.heap) != timers
+        ):
+            self.pool.wake()
 
     def write(self, event: Any, invocation_id: str | None) -> None:
         """A step writes ``event`` to the stream (from the loop's thread).
@@ -657,7 +714,8 @@ class _Loop:
         self.adapter.processed(PublishTick(stamp, None), self.state, [])
 
     def _drain_inline(self, tick: Tick) -> None:
-        """Reduce ``tick`` in the posting task while the loop task sleeps.
+        """Reduce ``tick`` in the posting task while the loop task sleeps (``report``
+        does so itself for a step result when the inbox is empty: keep the two alike).
 
         Handing a tick to the sleeping loop costs a whole event-loop iteration; when the
         loop is idle-waiting (so nothing else is draining), the task that posted (a
