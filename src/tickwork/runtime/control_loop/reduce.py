@@ -44,6 +44,7 @@ from tickwork.runtime.control_loop._tx import (
     FRESH_STEP,
     Tx,
     cancel_all_workers,
+    commit,
     complete_run,
     dispatch_or_queue,
     drain_queue,
@@ -52,7 +53,10 @@ from tickwork.runtime.control_loop._tx import (
     finish_invocation,
     fresh_steps,
     invocation_order,
+    mint_work_item,
     open_tx,
+    put_step,
+    set_status,
     start_invocation,
 )
 from tickwork.runtime.control_loop._waiters import (
@@ -76,7 +80,14 @@ from tickwork.runtime.types.commands import (
     ScheduleWakeup,
 )
 from tickwork.runtime.types.evolve import evolve as replace
-from tickwork.runtime.types.kinds import IS_INPUT_REQUIRED, IS_STOP
+from tickwork.runtime.types.kinds import (
+    IS_STOP,
+    RETURNED,
+    RETURNED_EVENT,
+    RETURNED_LIST,
+    RETURNED_NONE,
+    RETURNED_STOP,
+)
 from tickwork.runtime.types.results import Completed, Failed, Suspended
 from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.state import (
@@ -124,7 +135,10 @@ def reduce(state: RunState, tick: Tick) -> tuple[RunState, list[Command]]:
     tx = open_tx(state, tick.stamped_at)
     commands = tx.commands
     _apply(tx, tick)
-    return tx.commit(), commands
+    # commit(tx), spelled out (a frame per tick): the new state keeps neither the input
+    # state, nor the commands, nor the drafts alive.
+    tx.base = tx.commands = tx._draft_step = tx._draft_running = None  # type: ignore[assignment]
+    return tx, commands
 
 
 def reduce_all(state: RunState, ticks: Iterable[Tick]) -> RunState:
@@ -141,7 +155,7 @@ def reduce_all(state: RunState, ticks: Iterable[Tick]) -> RunState:
         tx.now = tick.stamped_at
         commands.clear()
         _apply(tx, tick)
-    return tx.commit()
+    return commit(tx)
 
 
 def _apply(tx: Tx, tick: Tick) -> None:
@@ -233,12 +247,12 @@ def _schedule_idle_check_if_quiescent(tx: Tx, tick: Tick) -> None:
         return
     if not isinstance(tick, (SessionStart, IdleCheck)):
         tx.idle_check_pending = True
-        tx.emit(ScheduleIdleCheck())
+        tx.commands.append(ScheduleIdleCheck())
 
 
 def _process_session_start(tx: Tx, tick: SessionStart) -> None:
     """Start or resume a session: rewind in-flight work, arm the run timer."""
-    tx.set_status("running")
+    set_status(tx, "running")
     tx.is_running = True
     tx.last_alive_stamp = tx.now
     tx.idle_check_pending = False
@@ -251,7 +265,7 @@ def _process_session_start(tx: Tx, tick: SessionStart) -> None:
     timeout = tx.config.timeout
     if timeout is not None:
         remaining = max(0.0, timeout - tx.elapsed_alive)
-        tx.emit(ScheduleTimeout(tx.now + remaining))
+        tx.commands.append(ScheduleTimeout(tx.now + remaining))
 
 
 def _rewind_in_flight(tx: Tx) -> None:
@@ -268,7 +282,8 @@ def _rewind_in_flight(tx: Tx) -> None:
             identity = (invocation.invocation_id, invocation.received)
             item = replace(invocation.work_item(), resume_identity=identity)
             queue = queue.appendleft(item)
-        tx.put_step(
+        put_step(
+            tx,
             step,
             replace(
                 current,
@@ -301,7 +316,7 @@ def _arm_next_delayed_retry(tx: Tx, step: str) -> None:
         if it.not_before is not None and it.not_before > tx.now
     ]
     if future:
-        tx.emit(ScheduleWakeup(min(future), step))
+        tx.commands.append(ScheduleWakeup(min(future), step))
 
 
 def _process_add_event(tx: Tx, tick: AddEvent) -> None:
@@ -340,7 +355,7 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
             if committed is None:
                 _rerun_stale_invocation(tx, invocation)
                 return
-            tx.put_step(tick.step, replace(tx.steps[tick.step], collect_buffers=committed))
+            put_step(tx, tick.step, replace(tx.steps[tick.step], collect_buffers=committed))
         _apply_completion(tx, invocation, outcome)
     elif isinstance(outcome, Suspended):
         finish_invocation(tx, invocation, publish=True, output=None)
@@ -364,24 +379,24 @@ def _rerun_stale_invocation(tx: Tx, invocation: Invocation) -> None:
 def _apply_completion(tx: Tx, invocation: Invocation, outcome: Completed) -> None:
     """Publish NOT_RUNNING, then emit what the body returned, then settle the item."""
     value = outcome.value
-    if isinstance(value, list):
+    kind = RETURNED[type(value)]  # one lookup answers list? stop? None? input request?
+    if kind == RETURNED_LIST:
         _apply_returned_list(tx, invocation, value)
         return
-    event_type = type(value)
-    finish_invocation(tx, invocation, True, event_type, True, value)
-    if IS_STOP[event_type]:
+    held = finish_invocation(tx, invocation, True, type(value), True, value)
+    if kind == RETURNED_STOP:
         complete_run(tx, value)
         return
-    if tx.steps[invocation.step].held.waiters.size:  # the usual step has none: skip the call
+    if held.waiters.size:  # the usual step has none: skip the call
         delete_waiters(tx, invocation.step, invocation.work_item_id, None)
-    if value is None:
-        opened = 0
-    elif IS_INPUT_REQUIRED[event_type]:
-        opened = emit_event(tx, value, invocation)
-    else:  # emit_event() without its frame: one returned event, the usual case
+    if kind == RETURNED_EVENT:  # emit_event() without its frame: the usual case
         opened = deliver_event(
             tx, value, None, invocation.recovery_counts, invocation.scope_path, invocation.step
         )
+    elif kind == RETURNED_NONE:
+        opened = 0
+    else:
+        opened = emit_event(tx, value, invocation)
     if invocation.scope_path and tx.live:  # (a top-level item has nothing to settle)
         settle_in_stream(tx, invocation.scope_path, "completed", opened)
 
@@ -396,7 +411,7 @@ def _apply_returned_list(tx: Tx, invocation: Invocation, events: list[Any]) -> N
     item = invocation  # the work item it ran
     if tx.steps[invocation.step].held.waiters.size:
         delete_waiters(tx, invocation.step, item.work_item_id, None)
-    if tx.spec(invocation.step).is_fan_out:
+    if tx.config.steps[invocation.step].is_fan_out:
         _fan_out(tx, invocation, events)
         return
     opened = emit_events(tx, events, item.recovery_counts, item.scope_path, item.step)
@@ -455,7 +470,7 @@ def _hand_to_catch_error(
         return False
     item = invocation  # the work item it ran
     used = item.recovery_counts.get(owner, 0)
-    if used + 1 > tx.spec(owner).max_recoveries:
+    if used + 1 > tx.config.steps[owner].max_recoveries:
         return False
     delete_waiters(tx, invocation.step, item.work_item_id, None)
     failed = StepFailedEvent(
@@ -467,7 +482,7 @@ def _hand_to_catch_error(
         failed_at=datetime.fromtimestamp(outcome.failed_at, tz=timezone.utc),
     )
     handoff = WorkItem(
-        work_item_id=tx.mint_work_item(),
+        work_item_id=mint_work_item(tx),
         step=owner,
         event=failed,
         scope_path=item.scope_path,
@@ -489,10 +504,10 @@ def _queue_retry(tx: Tx, invocation: Invocation, outcome: Failed) -> None:
         not_before=(outcome.failed_at + delay) if delay > 0 else None,
     )
     current = tx.steps[invocation.step]
-    tx.put_step(invocation.step, replace(current, queue=current.queue.appendleft(item)))
+    put_step(tx, invocation.step, replace(current, queue=current.queue.appendleft(item)))
     tx.queued += 1
     if delay > 0:
-        tx.emit(ScheduleWakeup(outcome.failed_at + delay, invocation.step))
+        tx.commands.append(ScheduleWakeup(outcome.failed_at + delay, invocation.step))
 
 
 def _process_timeout(tx: Tx, tick: Timeout) -> None:
@@ -502,12 +517,12 @@ def _process_timeout(tx: Tx, tick: Timeout) -> None:
         return
     remaining = timeout - tx.elapsed_alive
     if remaining > 1e-6:
-        tx.emit(ScheduleTimeout(tx.now + remaining))
+        tx.commands.append(ScheduleTimeout(tx.now + remaining))
         return
     active = sorted(s for s in tx.base.steps if tx.steps[s].in_progress)
     message = _timeout_message(tx, timeout, active)
     end_run(tx, "timed_out")
-    tx.emit(
+    tx.commands.append(
         Halt(
             "timeout",
             WorkflowTimeoutError(message),
@@ -533,8 +548,8 @@ def _process_cancel(tx: Tx, tick: CancelRun) -> None:
     if not tx.live:
         return
     cancel_all_workers(tx, keep_records=True)
-    tx.set_status("cancelled")
-    tx.emit(
+    set_status(tx, "cancelled")
+    tx.commands.append(
         Halt(
             "cancel",
             WorkflowCancelledByUser("Run was cancelled by the user"),
@@ -546,7 +561,7 @@ def _process_cancel(tx: Tx, tick: CancelRun) -> None:
 def _process_publish(tx: Tx, tick: PublishTick) -> None:
     """A stream write: publish it while the run is live."""
     if tx.live and tick.event is not None:
-        tx.emit(PublishEvent(tick.event))
+        tx.commands.append(PublishEvent(tick.event))
 
 
 def _process_wakeup(tx: Tx, tick: Wakeup) -> None:
@@ -562,7 +577,7 @@ def _process_idle_check(tx: Tx, tick: IdleCheck) -> None:
     if tx.live and tx.queued == 0 and tx.running == 0:
         if fail_stuck_stream(tx):
             return
-        tx.emit(PublishEvent(WorkflowIdleEvent()))
+        tx.commands.append(PublishEvent(WorkflowIdleEvent()))
 
 
 _PROCESSORS: dict[type, Callable[[Tx, Any], None]] = {
