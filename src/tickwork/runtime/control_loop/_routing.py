@@ -36,7 +36,6 @@ from tickwork.runtime.control_loop._tx import (
     waiter_order,
 )
 from tickwork.runtime.control_loop._waiters import (
-    NONE_WOKEN,
     delete_waiters,
     resolve_waiters,
 )
@@ -107,9 +106,9 @@ def deliver_event(
     if tx.holdings.blind.size and blocks(tx.holdings.blind, event):
         hold_back(tx, HeldEvent(event, target, recovery_counts, scope_path, producer))
         return 1
-    woken: AbstractSet[str]
-    if tx.waiter_index.empty:  # the usual run has no waiter
-        woken, delivered = NONE_WOKEN, False
+    woken: AbstractSet[str] | None
+    if tx.waiter_index.empty:  # the usual run has no waiter: none to skip below
+        woken, delivered = None, False
     else:
         woken = resolve_waiters(tx, event)
         delivered = bool(woken)
@@ -117,7 +116,7 @@ def deliver_event(
     config = tx.config
     routes = (target,) if target is not None else config.routes[type(event)]
     for step in routes:
-        if step in woken:
+        if woken is not None and step in woken:
             continue
         delivered = True
         spec = config.steps[step]
@@ -373,7 +372,20 @@ def emit_fanned_out(
     first_seq = seq = tx.work_item_seq  # minted here: mint_work_item(tx) without a call
     for event in events:
         for step in routes[type(event)]:
-            item = _work_item(f"wi-{seq}", step, event, scope_path, recovery_counts)
+            # _work_item(f"wi-{seq}", ...) without its frame: once per element
+            item = _new(WorkItem)
+            item.work_item_id = f"wi-{seq}"
+            item.step = step
+            item.event = event
+            item.bound_events = None
+            item.scope_path = scope_path
+            item.recovery_counts = recovery_counts
+            item.attempts = 0
+            item.first_attempt_at = None
+            item.last_exception = None
+            item.last_failed_at = None
+            item.not_before = None
+            item.resume_identity = None
             seq += 1
             waiting = queued.get(step)
             if waiting is None:
@@ -406,7 +418,8 @@ def _work_item(
 ) -> WorkItem:
     """A new work item delivering ``event`` to ``step``: ``WorkItem(...)`` without a class
     call (see ``new_record``), every field written (``deliver_event`` builds its
-    invocations the same way)."""
+    invocations the same way; ``emit_fanned_out`` spells it out: a change here must be
+    made there too)."""
     item = _new(WorkItem)
     item.work_item_id = work_item_id
     item.step = step
@@ -520,7 +533,7 @@ def _cut_stream(tx: Tx, stream: str) -> None:
     def inside(path: tuple[str, ...]) -> bool:
         return stream in path
 
-    for step in tx.base.steps:
+    for step in tuple(tx.steps):
         current = tx.steps[step]
         kept = [it for it in current.queue if not inside(it.scope_path)]
         dropped = len(current.queue) - len(kept)
@@ -564,7 +577,7 @@ def fail_stuck_stream(tx: Tx) -> bool:
         return False
     waiting_paths = [
         waiter.item.scope_path
-        for step in tx.base.steps
+        for step in tx.steps
         for waiter in tx.steps[step].waiters.values()
         if waiter.resolved_event is None
     ]

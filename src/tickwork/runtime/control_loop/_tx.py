@@ -69,8 +69,6 @@ if TYPE_CHECKING:
         """The type of the accumulator: a ``RunState`` with its working slots typed."""
 
         __slots__ = ()
-        base: RunState
-        """The input state (read-only)."""
         now: float
         touched_streams: list[str] | None
         _own_steps: dict[str, StepRunState] | None
@@ -144,23 +142,23 @@ def set_status(tx: Tx, value: str) -> None:
 
 
 def commit(tx: Tx) -> RunState:
-    """The new run state: ``tx`` itself, its references to the input state and to the
-    commands dropped (the new state must keep neither alive), and to the drafts (which
-    another phase may have replaced).  ``_own_steps`` (``None`` or ``steps`` itself) and
+    """The new run state: ``tx`` itself, its references to the commands dropped (the new
+    state must not keep them alive), and to the drafts (which another phase may have
+    replaced).  ``_own_steps`` (``None`` or ``steps`` itself) and
     ``touched_streams`` (``None`` after every tick) keep nothing else alive, and stay.
     ``reduce`` spells it out: a change here must be made there too."""
-    tx.base = tx.commands = tx._draft_step = tx._draft_running = None  # type: ignore[assignment]
+    tx.commands = tx._draft_step = tx._draft_running = None  # type: ignore[assignment]
     return tx
 
 
 def open_tx(base: RunState, now: float) -> Tx:
     """The accumulator of a reduction of ``base`` by inputs stamped ``now``.
 
-    Built without a class call, once per tick (see ``new_record``): every field of
-    ``RunState`` and every working slot is written here.
+    Built without a class call (see ``new_record``): every field of ``RunState`` and
+    every working slot is written here.  ``reduce`` spells it out (a frame per tick): a
+    change here must be made there too.
     """
     tx: Tx = _new(RunState)  # type: ignore[assignment]  # a Tx: see there
-    tx.base = base
     tx.now = now
     tx.touched_streams = None
     tx._own_steps = None
@@ -264,17 +262,18 @@ def start_invocation(
     """
     if current is None:
         current = tx.steps[step]
-    if current is FRESH_STEP:
+    if current is FRESH_STEP:  # idle and empty (a chain's every hop): no waiter either
         slot, slots = _FIRST_SLOT
-    else:  # a shared pool knows what acquire() gives: no call
-        slot, slots = current.slots.acquired or current.slots.acquire()
-    held = current.held
-    if held is NOTHING_HELD:  # the usual step: no waiter can concern the item
-        waiters_view = _NO_WAITERS
+        held, waiters_view = NOTHING_HELD, _NO_WAITERS
     else:
-        waiters = held.waiters
-        ids = held.waiters_by_item.get(item.work_item_id) if waiters.size else None
-        waiters_view = {wid: waiters[wid] for wid in ids} if ids else _NO_WAITERS
+        slot, slots = current.slots.acquired or current.slots.acquire()  # a shared pool
+        held = current.held  # knows what acquire() gives: no call
+        if held is NOTHING_HELD:  # the usual step: no waiter can concern the item
+            waiters_view = _NO_WAITERS
+        else:
+            waiters = held.waiters
+            ids = held.waiters_by_item.get(item.work_item_id) if waiters.size else None
+            waiters_view = {wid: waiters[wid] for wid in ids} if ids else _NO_WAITERS
     resumed = item.resume_identity
     if resumed is None:  # a new invocation: mint its id
         seq = tx.invocation_seq
@@ -390,14 +389,18 @@ def finish_invocation(
     output: type | None = None,
     has_output: bool = False,
     value: Any = None,
+    current: StepRunState | None = None,
 ) -> StepHeld:
     """Free the invocation's slot and (with ``publish``) publish its NOT_RUNNING.
+
+    ``current`` is the step's state when the caller already holds it.
 
     Returns what the step holds besides its queue and running work (``held``, which
     this does not change): the caller's next question is whether the step has waiters,
     and the step's state is then one lookup away."""
     step = invocation.step
-    current = tx.steps[step]
+    if current is None:
+        current = tx.steps[step]
     if (
         current.in_progress.size == 1
         and current.queue is _NO_QUEUE
@@ -425,7 +428,12 @@ def finish_invocation(
             in_progress.size = len(running)
         else:
             in_progress = in_progress.delete(inv_id)
-        slots = current.slots.release(invocation.worker_id)
+        slots = current.slots
+        released = slots.released  # a shared pool knows what release() gives: no call
+        if released is not None:
+            slots = released[invocation.worker_id]
+        else:
+            slots = slots.release(invocation.worker_id)
         held = current.held
         if current is tx._draft_step:  # writable_step() without its frame
             new = current
@@ -457,7 +465,7 @@ def finish_invocation(
 def cancel_all_workers(tx: Tx, keep_records: bool) -> list[str]:
     """Cancel every running invocation; returns the sorted names of active steps."""
     active: set[str] = set()
-    for step in tx.base.steps:
+    for step in tuple(tx.steps):
         current = tx.steps[step]
         if current.in_progress.size:
             for inv_id in sorted(current.in_progress, key=invocation_order):

@@ -42,7 +42,7 @@ def arm_waiter_timeouts(tx: Tx) -> None:
     Deadlines are wall-clock times, so one that passed while the run was not alive
     (snapshotted, crashed, parked) is due at once.
     """
-    for step in tx.base.steps:
+    for step in tuple(tx.steps):
         for waiter in sorted(tx.steps[step].waiters.values(), key=waiter_order):
             if waiter.deadline is not None and waiter.pending:
                 tx.commands.append(ScheduleWaiterTimeout(waiter.deadline, step, waiter.waiter_id))
@@ -211,7 +211,7 @@ def describe_pending_waiters(tx: Tx) -> str:
     """The pending waiters of the run, for a timeout message: awaited type, requirements
     and step, sorted (``""`` when there are none).  O(waiters)."""
     described = []
-    for step in sorted(tx.base.steps):
+    for step in sorted(tx.steps):
         for waiter in sorted(tx.steps[step].waiters.values(), key=waiter_order):
             if not waiter.pending:
                 continue

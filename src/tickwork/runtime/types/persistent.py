@@ -210,7 +210,8 @@ class PList(Generic[T]):
         return out
 
     def append(self, item: T) -> PList[T]:
-        """A new list with ``item`` at the end."""
+        """A new list with ``item`` at the end (``streams.buffer_member`` spells it out:
+        a change here must be made there too)."""
         out: PList[T] = _new(PList)  # PList(...) without a class call, see _new
         out._cell = (item, self._cell)
         out._len = self._len + 1
