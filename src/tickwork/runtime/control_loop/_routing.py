@@ -370,8 +370,16 @@ def emit_fanned_out(
     queued: dict[str, list[WorkItem]] = {}  # step -> its deliveries that found no slot
     preparing: dict[tuple[str, type], PublishStepState] = {}
     first_seq = seq = tx.work_item_seq  # minted here: mint_work_item(tx) without a call
+    # The last (step, class) queued, with its list and its PREPARING: the next delivery
+    # of the same pair (a fan-out's every element, usually) is queued as well, and
+    # reuses both without looking them up.
+    last_step: str | None = None
+    last_cls: type | None = None
+    waiting: list[WorkItem]  # (bound with last_step: by the first delivery queued)
+    command: PublishStepState
     for event in events:
-        for step in routes[type(event)]:
+        cls = type(event)
+        for step in routes[cls]:
             # _work_item(f"wi-{seq}", ...) without its frame: once per element
             item = _new(WorkItem)
             item.work_item_id = f"wi-{seq}"
@@ -387,19 +395,23 @@ def emit_fanned_out(
             item.not_before = None
             item.resume_identity = None
             seq += 1
-            waiting = queued.get(step)
-            if waiting is None:
-                if tx.steps[step].slots.busy < specs[step].num_workers:
-                    start_invocation(tx, step, item)
-                    continue
-                waiting = queued[step] = []
+            if step is not last_step or cls is not last_cls:
+                found = queued.get(step)
+                if found is None:
+                    if tx.steps[step].slots.busy < specs[step].num_workers:
+                        start_invocation(tx, step, item)
+                        continue
+                    found = queued[step] = []
+                waiting = found
+                # Its PREPARING: one record per (step, event type) in a batch (commands
+                # are values, and each one queued is the same).
+                key = (step, cls)
+                known = preparing.get(key)
+                if known is None:
+                    known = preparing[key] = PublishStepState(step, "preparing", "<enqueued>", cls)
+                command = known
+                last_step, last_cls = step, cls
             waiting.append(item)
-            # Its PREPARING: one record per (step, event type) in a batch (commands are
-            # values, and each one queued is the same).
-            key = (step, type(event))
-            command = preparing.get(key)
-            if command is None:
-                command = preparing[key] = PublishStepState(step, "preparing", "<enqueued>", key[1])
             commands.append(command)
     tx.work_item_seq = seq
     for step, items in queued.items():

@@ -137,7 +137,7 @@ def reduce(state: RunState, tick: Tick) -> tuple[RunState, list[Command]]:
     # open_tx(state, tick.stamped_at), spelled out (a frame per tick): a change there
     # must be made here too (test_records_complete reads every slot of what this builds).
     tx: Tx = _new(RunState)  # type: ignore[assignment]  # a Tx: see there
-    tx.now = tick.stamped_at
+    now = tx.now = tick.stamped_at
     tx.touched_streams = None
     tx._own_steps = None
     tx._draft_step = None
@@ -158,9 +158,18 @@ def reduce(state: RunState, tick: Tick) -> tuple[RunState, list[Command]]:
     tx.stream_seq = state.stream_seq
     tx.work_item_seq = state.work_item_seq
     tx.invocation_seq = state.invocation_seq
-    tx.journal_seq = state.journal_seq
-    tx.elapsed_alive = state.elapsed_alive
-    tx.last_alive_stamp = state.last_alive_stamp
+    # _count_tick(tx, kind), spelled out on the fields as they are copied (one write
+    # each instead of a copy and an update): a change there must be made here too.
+    tx.journal_seq = state.journal_seq + 1
+    elapsed, last = state.elapsed_alive, state.last_alive_stamp
+    if kind is not SessionStart:
+        if last is None:
+            last = now
+        elif now > last:
+            elapsed += now - last
+            last = now
+    tx.elapsed_alive = elapsed
+    tx.last_alive_stamp = last
     tx.idle_check_pending = state.idle_check_pending
     tx.holdings = state.holdings
     _apply(tx, tick, kind)
@@ -181,22 +190,28 @@ def reduce_all(state: RunState, ticks: Iterable[Tick]) -> RunState:
     tx.quiet = True
     commands = tx.commands
     for tick in ticks:
+        kind = type(tick)
         tx.now = tick.stamped_at
         commands.clear()
-        _apply(tx, tick, type(tick))
+        _count_tick(tx, kind)
+        _apply(tx, tick, kind)
     return commit(tx)
 
 
-def _apply(tx: Tx, tick: Tick, kind: type) -> None:
-    """One tick's phases, in order, on the accumulator (``kind`` is ``type(tick)``)."""
+def _count_tick(tx: Tx, kind: type) -> None:
+    """Every tick's bookkeeping, before its phases: one more journal sequence number,
+    and (but for a ``SessionStart``) the alive time since the last input (``_accrued``;
+    ``reduce`` spells this out)."""
     tx.journal_seq += 1
-    if kind is not SessionStart:  # accrue the time since the last input (_accrued)
-        last, now = tx.last_alive_stamp, tx.now
-        if last is None:
-            tx.last_alive_stamp = now
-        elif now > last:
-            tx.elapsed_alive += now - last
-            tx.last_alive_stamp = now
+    if kind is not SessionStart:
+        tx.elapsed_alive, tx.last_alive_stamp = _accrued(
+            tx.elapsed_alive, tx.last_alive_stamp, tx.now
+        )
+
+
+def _apply(tx: Tx, tick: Tick, kind: type) -> None:
+    """One tick's phases, in order, on the accumulator once the tick is counted
+    (``_count_tick``; ``kind`` is ``type(tick)``)."""
     _PROCESSORS[kind](tx, tick)
     if tx.holdings is not NO_HOLDINGS and tx.holdings.held:
         release_held_events(tx)

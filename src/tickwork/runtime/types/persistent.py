@@ -222,8 +222,14 @@ class PList(Generic[T]):
         return self._cell
 
     def to_list(self) -> list[T]:
-        """The items, oldest first (O(n))."""
-        out = list(_cons_iter(self._cell))
+        """The items, oldest first (O(n)).  A loop here, not ``list(_cons_iter(...))``:
+        resuming a generator per item cost about 130 machine instructions more (a
+        fan-out's join releases thousands)."""
+        out: list[T] = []
+        cell = self._cell
+        while cell is not None:
+            item, cell = cell
+            out.append(item)
         out.reverse()
         return out
 
