@@ -31,6 +31,7 @@ from tickwork.runtime.types.commands import (
     ScheduleWakeup,
 )
 from tickwork.runtime.types.persistent import PList, PMap, PQueue
+from tickwork.runtime.types.slots import SlotPool
 
 __all__ = ["fingerprint", "summary"]
 
@@ -57,6 +58,8 @@ def fingerprint(obj: Any) -> Any:
         return ("PList", tuple(fingerprint(x) for x in obj))
     if isinstance(obj, PMap):
         return ("PMap", _sorted((fingerprint(k), fingerprint(v)) for k, v in obj.items()))
+    if isinstance(obj, SlotPool):  # its content; ``acquired``/``released`` are caches
+        return ("SlotPool", obj.busy, obj._high, fingerprint(obj._free))
     if isinstance(obj, BaseModel):
         private = obj.__pydantic_private__ or {}
         kept = {k: v for k, v in private.items() if v is not None and v != {}}

@@ -316,3 +316,23 @@ def test_slot_pool_takes_the_smallest_free_slot_and_keeps_every_version(
         assert version.busy == len(taken)
         assert version == SlotPool.with_busy(taken)
         assert version._taken() == taken
+
+
+def test_the_shared_pools_know_what_release_gives() -> None:
+    """``released[slot]`` (read by ``finish_invocation`` instead of calling ``release``)
+    is what ``release(slot)`` gives, for every shared pool that carries it; a pool built
+    otherwise carries none."""
+    carried = 0
+    for size in range(40):
+        assert SlotPool.with_busy(range(size)).released is None  # built, not shared
+        pool = SlotPool()
+        for _ in range(size):  # slots 0..size-1 taken in order: the gapless pools
+            _, pool = pool.acquire()
+        if pool.released is None:
+            continue
+        carried += 1
+        assert len(pool.released) == pool.busy == size
+        for slot in range(size):
+            assert pool.released[slot] is pool.release(slot)
+            assert pool.released[slot] == SlotPool.with_busy(set(range(size)) - {slot})
+    assert carried >= 15  # the small gapless pools are shared and carry it

@@ -1506,5 +1506,6 @@ def test_the_new_state_is_a_run_state_that_holds_neither_its_input_nor_its_comma
     assert after == replace(after)  # equal to a copy built by its class, field by field
     referents = gc.get_referents(after)
     assert not any(ref is before or ref is commands for ref in referents)
-    assert after.base is None and after.commands is None  # the working slots, cleared
+    assert after.commands is None  # the working slot, cleared
+    assert not hasattr(after, "base")  # no working slot holds the input state
     assert summary(commands)  # the commands were returned all the same

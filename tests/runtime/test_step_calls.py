@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
-from tickwork.runtime.control_loop._tx import open_tx, start_invocation
+from tickwork.runtime.control_loop._tx import mint_work_item, open_tx, start_invocation
 from tickwork.runtime.control_loop.reduce import initial_state
 from tickwork.runtime.step_worker import (
     CONTEXT_FIRST,
@@ -96,8 +96,8 @@ async def test_a_keyword_wrapper_still_gets_keywords() -> None:
 
 def test_minted_ids_keep_the_step_id_formats() -> None:
     tx = open_tx(initial_state(Shapes(timeout=None)._reducer_config()), 0.0)
-    assert [tx.mint_work_item(), tx.mint_work_item()] == [work_item_id(0), work_item_id(1)]
-    start_invocation(tx, "start", WorkItem(tx.mint_work_item(), "start", StartEvent()))
+    assert [mint_work_item(tx), mint_work_item(tx)] == [work_item_id(0), work_item_id(1)]
+    start_invocation(tx, "start", WorkItem(mint_work_item(tx), "start", StartEvent()))
     (command,) = tx.commands
     assert isinstance(command, RunWorker)
     assert command.invocation.invocation_id == invocation_id(0)

@@ -100,7 +100,7 @@ def drop_unclaimed(tx: Tx) -> None:
         if unclaimed.taken_by:
             continue
         name = type(unclaimed.event).__name__
-        tx.emit(ReportDropped(name, unclaimed.producer))
+        tx.commands.append(ReportDropped(name, unclaimed.producer))
         origin = f"step {unclaimed.producer!r}" if unclaimed.producer else "the caller"
         dropped.append(f"{name} from {origin}")
     tx.holdings = _normalized(

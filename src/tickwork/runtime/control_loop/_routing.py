@@ -29,11 +29,13 @@ from tickwork.runtime.control_loop._tx import (
     fail_run,
     finish_invocation,
     invocation_order,
+    mint_work_item,
+    put_step,
     start_invocation,
+    touch_stream,
     waiter_order,
 )
 from tickwork.runtime.control_loop._waiters import (
-    NONE_WOKEN,
     delete_waiters,
     resolve_waiters,
 )
@@ -79,8 +81,8 @@ def claim_emission(tx: Tx, tick: AddEvent) -> bool:
     if invocation is None or index in invocation.received:
         return False
     updated = replace(invocation, received=invocation.received.add(index))
-    tx.put_step(
-        tick.source_step, replace(current, in_progress=current.in_progress.set(inv_id, updated))
+    put_step(
+        tx, tick.source_step, replace(current, in_progress=current.in_progress.set(inv_id, updated))
     )
     return True
 
@@ -104,9 +106,9 @@ def deliver_event(
     if tx.holdings.blind.size and blocks(tx.holdings.blind, event):
         hold_back(tx, HeldEvent(event, target, recovery_counts, scope_path, producer))
         return 1
-    woken: AbstractSet[str]
-    if tx.waiter_index.empty:  # the usual run has no waiter
-        woken, delivered = NONE_WOKEN, False
+    woken: AbstractSet[str] | None
+    if tx.waiter_index.empty:  # the usual run has no waiter: none to skip below
+        woken, delivered = None, False
     else:
         woken = resolve_waiters(tx, event)
         delivered = bool(woken)
@@ -114,7 +116,7 @@ def deliver_event(
     config = tx.config
     routes = (target,) if target is not None else config.routes[type(event)]
     for step in routes:
-        if step in woken:
+        if woken is not None and step in woken:
             continue
         delivered = True
         spec = config.steps[step]
@@ -127,7 +129,7 @@ def deliver_event(
         # A plain step gets a new work item: the hottest construction of the reducer (a
         # hop routes one event), so built here without a class call or a frame (see
         # ``new_record``), every field written, and the id minted as
-        # ``tx.mint_work_item()`` does.  Started at once (the usual case), it is built as
+        # ``mint_work_item(tx)`` does.  Started at once (the usual case), it is built as
         # the invocation that runs it (``start_invocation`` writes the rest).
         seq = tx.work_item_seq
         tx.work_item_seq = seq + 1
@@ -138,7 +140,8 @@ def deliver_event(
             dispatch_or_queue(tx, step, item)
             continue
         invocation = _new(Invocation)
-        invocation.work_item_id = f"wi-{seq}"
+        digits = f"{seq}"  # formatted once if the invocation id takes the same number
+        invocation.work_item_id = "wi-" + digits
         invocation.step = step
         invocation.event = event
         invocation.bound_events = None
@@ -150,7 +153,9 @@ def deliver_event(
         invocation.last_failed_at = None
         invocation.not_before = None
         invocation.resume_identity = None
-        start_invocation(tx, step, invocation, current)
+        start_invocation(
+            tx, step, invocation, current, None, digits if tx.invocation_seq == seq else None
+        )
     if not delivered and not isinstance(event, InputRequiredEvent):
         _publish_unhandled(tx, event, target)
         keep_unclaimed(tx, event, producer)
@@ -234,29 +239,30 @@ def _arrive_at_join(
     An arrival that cannot complete a batch (some slot type has too few arrivals) is an
     O(1) append; the O(buffer) assignment search runs only when a batch may be ready.
     """
-    spec = tx.spec(step)
+    spec = tx.config.steps[step]
     current = tx.steps[step]
     counts = dict(current.join_counts)
     counts[type(event)] = counts.get(type(event), 0) + 1
     appended = current.join_buffer.append(event)
     if not _may_complete(spec, counts):
-        tx.put_step(step, replace(current, join_buffer=appended, join_counts=counts))
+        put_step(tx, step, replace(current, join_buffer=appended, join_counts=counts))
         return 0
     buffer = tuple(appended.to_list())
     found = _assign_slots(spec, buffer)
     if found is None:
-        tx.put_step(step, replace(current, join_buffer=appended, join_counts=counts))
+        put_step(tx, step, replace(current, join_buffer=appended, join_counts=counts))
         return 0
     positions = dict(found)
     assignment = {name: buffer[pos] for name, pos in positions.items()}
     used = set(positions.values())
     rest = [ev for pos, ev in enumerate(buffer) if pos not in used]
-    tx.put_step(
+    put_step(
+        tx,
         step,
         replace(current, join_buffer=PList.of(rest), join_counts=dict(Counter(map(type, rest)))),
     )
     item = WorkItem(
-        work_item_id=tx.mint_work_item(),
+        work_item_id=mint_work_item(tx),
         step=step,
         event=event,
         bound_events=assignment,
@@ -307,7 +313,7 @@ def _assign_slots(spec: StepSpec, buffer: tuple[Any, ...]) -> dict[str, int] | N
 def _publish_unhandled(tx: Tx, event: Any, target: str | None) -> None:
     etype = type(event)
     idle = tx.queued == 0 and tx.running == 0
-    tx.emit(
+    tx.commands.append(
         PublishEvent(
             UnhandledEvent(
                 event_type=etype.__name__,
@@ -330,7 +336,7 @@ def emit_events(
     opened = 0
     for event in events:
         if IS_INPUT_REQUIRED[type(event)]:
-            tx.emit(PublishEvent(event))
+            tx.commands.append(PublishEvent(event))
             remember_question(tx, event)
     for event in events:
         opened += deliver_event(tx, event, None, recovery_counts, scope_path, producer)
@@ -363,29 +369,54 @@ def emit_fanned_out(
     commands = tx.commands
     queued: dict[str, list[WorkItem]] = {}  # step -> its deliveries that found no slot
     preparing: dict[tuple[str, type], PublishStepState] = {}
-    first_seq = seq = tx.work_item_seq  # minted here: tx.mint_work_item() without a call
+    first_seq = seq = tx.work_item_seq  # minted here: mint_work_item(tx) without a call
+    # The last (step, class) queued, with its list and its PREPARING: the next delivery
+    # of the same pair (a fan-out's every element, usually) is queued as well, and
+    # reuses both without looking them up.
+    last_step: str | None = None
+    last_cls: type | None = None
+    waiting: list[WorkItem]  # (bound with last_step: by the first delivery queued)
+    command: PublishStepState
     for event in events:
-        for step in routes[type(event)]:
-            item = _work_item(f"wi-{seq}", step, event, scope_path, recovery_counts)
+        cls = type(event)
+        for step in routes[cls]:
+            # _work_item(f"wi-{seq}", ...) without its frame: once per element
+            item = _new(WorkItem)
+            item.work_item_id = f"wi-{seq}"
+            item.step = step
+            item.event = event
+            item.bound_events = None
+            item.scope_path = scope_path
+            item.recovery_counts = recovery_counts
+            item.attempts = 0
+            item.first_attempt_at = None
+            item.last_exception = None
+            item.last_failed_at = None
+            item.not_before = None
+            item.resume_identity = None
             seq += 1
-            waiting = queued.get(step)
-            if waiting is None:
-                if tx.steps[step].slots.busy < specs[step].num_workers:
-                    start_invocation(tx, step, item)
-                    continue
-                waiting = queued[step] = []
+            if step is not last_step or cls is not last_cls:
+                found = queued.get(step)
+                if found is None:
+                    if tx.steps[step].slots.busy < specs[step].num_workers:
+                        start_invocation(tx, step, item)
+                        continue
+                    found = queued[step] = []
+                waiting = found
+                # Its PREPARING: one record per (step, event type) in a batch (commands
+                # are values, and each one queued is the same).
+                key = (step, cls)
+                known = preparing.get(key)
+                if known is None:
+                    known = preparing[key] = PublishStepState(step, "preparing", "<enqueued>", cls)
+                command = known
+                last_step, last_cls = step, cls
             waiting.append(item)
-            # Its PREPARING: one record per (step, event type) in a batch (commands are
-            # values, and each one queued is the same).
-            key = (step, type(event))
-            command = preparing.get(key)
-            if command is None:
-                command = preparing[key] = PublishStepState(step, "preparing", "<enqueued>", key[1])
             commands.append(command)
     tx.work_item_seq = seq
     for step, items in queued.items():
         current = tx.steps[step]
-        tx.put_step(step, replace(current, queue=current.queue.extend(items)))
+        put_step(tx, step, replace(current, queue=current.queue.extend(items)))
         tx.queued += len(items)
     return seq - first_seq  # one open work item per delivery
 
@@ -399,7 +430,8 @@ def _work_item(
 ) -> WorkItem:
     """A new work item delivering ``event`` to ``step``: ``WorkItem(...)`` without a class
     call (see ``new_record``), every field written (``deliver_event`` builds its
-    invocations the same way)."""
+    invocations the same way; ``emit_fanned_out`` spells it out: a change here must be
+    made there too)."""
     item = _new(WorkItem)
     item.work_item_id = work_item_id
     item.step = step
@@ -434,7 +466,7 @@ def _only_plain_deliveries(tx: Tx, events: list[Any]) -> bool:
 def emit_event(tx: Tx, event: Any, source: WorkItem) -> int:
     """``emit_events`` for the one event a step returned (the usual case)."""
     if IS_INPUT_REQUIRED[type(event)]:
-        tx.emit(PublishEvent(event))
+        tx.commands.append(PublishEvent(event))
         remember_question(tx, event)
     return deliver_event(tx, event, None, source.recovery_counts, source.scope_path, source.step)
 
@@ -469,12 +501,12 @@ def settle_in_stream(
     if open_work == 0:
         # Only a stream at zero may close at the end of the tick: anything that changes
         # the count later in the tick settles (or counts) again and is checked then.
-        tx.touch_stream(scope_path[-1])
+        touch_stream(tx, scope_path[-1])
 
 
 def count_open_work(tx: Tx, stream: str, count: int) -> None:
     tx.streams = add_open_work(tx.streams, stream, count)
-    tx.touch_stream(stream)
+    touch_stream(tx, stream)
 
 
 def _fail_accounting(tx: Tx, stream: str, error: AccountingError) -> None:
@@ -513,18 +545,18 @@ def _cut_stream(tx: Tx, stream: str) -> None:
     def inside(path: tuple[str, ...]) -> bool:
         return stream in path
 
-    for step in tx.base.steps:
+    for step in tuple(tx.steps):
         current = tx.steps[step]
         kept = [it for it in current.queue if not inside(it.scope_path)]
         dropped = len(current.queue) - len(kept)
         if dropped:
-            tx.put_step(step, replace(current, queue=PQueue.of(kept)))
+            put_step(tx, step, replace(current, queue=PQueue.of(kept)))
             tx.queued += -dropped
         for invocation in sorted(
             tx.steps[step].in_progress.values(), key=lambda inv: invocation_order(inv.invocation_id)
         ):
             if inside(invocation.scope_path):
-                tx.emit(CancelWorker(invocation.invocation_id))
+                tx.commands.append(CancelWorker(invocation.invocation_id))
                 finish_invocation(tx, invocation, publish=True, output=None)
         for waiter in sorted(tx.steps[step].waiters.values(), key=waiter_order):
             if inside(waiter.item.scope_path):
@@ -557,7 +589,7 @@ def fail_stuck_stream(tx: Tx) -> bool:
         return False
     waiting_paths = [
         waiter.item.scope_path
-        for step in tx.base.steps
+        for step in tx.steps
         for waiter in tx.steps[step].waiters.values()
         if waiter.resolved_event is None
     ]

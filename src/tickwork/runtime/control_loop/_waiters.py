@@ -9,6 +9,7 @@ from tickwork.runtime.control_loop._holding import add_blind, remove_blind, take
 from tickwork.runtime.control_loop._tx import (
     Tx,
     dispatch_or_queue,
+    put_step,
     waiter_order,
 )
 from tickwork.runtime.types.commands import (
@@ -41,10 +42,10 @@ def arm_waiter_timeouts(tx: Tx) -> None:
     Deadlines are wall-clock times, so one that passed while the run was not alive
     (snapshotted, crashed, parked) is due at once.
     """
-    for step in tx.base.steps:
+    for step in tuple(tx.steps):
         for waiter in sorted(tx.steps[step].waiters.values(), key=waiter_order):
             if waiter.deadline is not None and waiter.pending:
-                tx.emit(ScheduleWaiterTimeout(waiter.deadline, step, waiter.waiter_id))
+                tx.commands.append(ScheduleWaiterTimeout(waiter.deadline, step, waiter.waiter_id))
 
 
 NONE_WOKEN: frozenset[str] = frozenset()
@@ -74,7 +75,7 @@ def _resolve(tx: Tx, step: str, waiter: Waiter, event: Any) -> None:
     """Resolve ``waiter`` with ``event`` and re-deliver its work item."""
     current = tx.steps[step]
     resolved = replace(waiter, resolved_event=event)
-    tx.put_step(step, replace(current, waiters=current.waiters.set(waiter.waiter_id, resolved)))
+    put_step(tx, step, replace(current, waiters=current.waiters.set(waiter.waiter_id, resolved)))
     _unindex_waiter(tx, step, waiter)
     dispatch_or_queue(tx, step, waiter.item)
 
@@ -119,14 +120,15 @@ def register_waiter(tx: Tx, invocation: Invocation, outcome: Suspended) -> None:
             if request.timeout is None
             else tx.now + request.timeout
         ),
-        subclass_mode=tx.spec(step).subclass_mode,
+        subclass_mode=tx.config.steps[step].subclass_mode,
         has_requirements=bool(request.requirements) or request.has_requirements,
     )
     item_id = invocation.work_item_id
     _forget_superseded(tx, step, item_id, request.waiter_id)
     current = tx.steps[step]
     by_item = current.waiters_by_item.get(item_id, frozenset()) | {request.waiter_id}
-    tx.put_step(
+    put_step(
+        tx,
         step,
         replace(
             current,
@@ -139,9 +141,9 @@ def register_waiter(tx: Tx, invocation: Invocation, outcome: Suspended) -> None:
     _index_waiter(tx, step, waiter)
     if existing is None:
         if request.waiter_event is not None:
-            tx.emit(PublishEvent(request.waiter_event))
+            tx.commands.append(PublishEvent(request.waiter_event))
         if waiter.deadline is not None:
-            tx.emit(ScheduleWaiterTimeout(waiter.deadline, step, request.waiter_id))
+            tx.commands.append(ScheduleWaiterTimeout(waiter.deadline, step, request.waiter_id))
     if tx.holdings.unclaimed:  # an event it waits for may have come before it
         kept = take_unclaimed(tx, item_id, waiter)
         if kept is not None:
@@ -183,7 +185,7 @@ def delete_waiters(tx: Tx, step: str, item_id: str, only: tuple[str, ...] | None
         if left
         else current.waiters_by_item.delete(item_id)
     )
-    tx.put_step(step, replace(tx.steps[step], waiters=waiters, waiters_by_item=by_item))
+    put_step(tx, step, replace(tx.steps[step], waiters=waiters, waiters_by_item=by_item))
 
 
 def process_waiter_timeout(tx: Tx, tick: WaiterTimeout) -> None:
@@ -195,11 +197,11 @@ def process_waiter_timeout(tx: Tx, tick: WaiterTimeout) -> None:
     if waiter is None or not waiter.pending or waiter.deadline is None:
         return  # a stale timer: resolved, timed out, or registered again without a timeout
     if waiter.deadline - tx.now > 1e-9:
-        tx.emit(ScheduleWaiterTimeout(waiter.deadline, tick.step, tick.waiter_id))
+        tx.commands.append(ScheduleWaiterTimeout(waiter.deadline, tick.step, tick.waiter_id))
         return
     timed_out = replace(waiter, timed_out=True)
-    tx.put_step(
-        tick.step, replace(current, waiters=current.waiters.set(waiter.waiter_id, timed_out))
+    put_step(
+        tx, tick.step, replace(current, waiters=current.waiters.set(waiter.waiter_id, timed_out))
     )
     _unindex_waiter(tx, tick.step, waiter)
     dispatch_or_queue(tx, tick.step, waiter.item)
@@ -209,7 +211,7 @@ def describe_pending_waiters(tx: Tx) -> str:
     """The pending waiters of the run, for a timeout message: awaited type, requirements
     and step, sorted (``""`` when there are none).  O(waiters)."""
     described = []
-    for step in sorted(tx.base.steps):
+    for step in sorted(tx.steps):
         for waiter in sorted(tx.steps[step].waiters.values(), key=waiter_order):
             if not waiter.pending:
                 continue

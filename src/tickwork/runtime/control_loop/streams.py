@@ -244,7 +244,10 @@ def buffer_member(
         state = releases.get(key)
     if state is None or state.released:
         return streams, releases, None
-    buffer = state.buffer.append(event)
+    old = state.buffer  # buffer = old.append(event), without its frame: once per member
+    buffer: PList[Any] = _new(PList)
+    buffer._cell = (event, old._cell)
+    buffer._len = old._len + 1
     buffered = _new(ReleaseState)  # ReleaseState(...) without a class call: once per member
     buffered.binding_id = state.binding_id
     buffered.stream_id = stream_id

@@ -10,7 +10,20 @@ from __future__ import annotations
 
 from tickwork.events import Event, InputRequiredEvent, InternalDispatchEvent, StopEvent
 
-__all__ = ["IS_EVENT", "IS_INPUT_REQUIRED", "IS_INTERNAL", "IS_STOP", "SubclassTable"]
+__all__ = [
+    "IS_EVENT",
+    "IS_INPUT_REQUIRED",
+    "IS_INTERNAL",
+    "IS_STOP",
+    "RETURNED",
+    "RETURNED_EVENT",
+    "RETURNED_INPUT_REQUIRED",
+    "RETURNED_LIST",
+    "RETURNED_NONE",
+    "RETURNED_STOP",
+    "ReturnedTable",
+    "SubclassTable",
+]
 
 _MAX_CLASSES = 4096
 
@@ -43,3 +56,46 @@ IS_INPUT_REQUIRED = SubclassTable(InputRequiredEvent)
 """``IS_INPUT_REQUIRED[type(value)]``: ``value`` asks a human for input."""
 IS_INTERNAL = SubclassTable(InternalDispatchEvent)
 """``IS_INTERNAL[type(value)]``: ``value`` is one of the runtime's own events."""
+
+
+RETURNED_EVENT = 0
+"""A step returned one event that is none of the kinds below (the usual case)."""
+RETURNED_LIST = 1
+"""A step returned a ``list`` (or a subclass): a fan-out, or several events."""
+RETURNED_STOP = 2
+"""A step returned a ``StopEvent``: it ends the run."""
+RETURNED_NONE = 3
+"""A step returned ``None``: nothing to route."""
+RETURNED_INPUT_REQUIRED = 4
+"""A step returned an ``InputRequiredEvent``: it is published, then routed."""
+
+
+class ReturnedTable(dict[type, int]):
+    """Class of a step's return value -> its ``RETURNED_*`` kind, computed when first
+    asked: one lookup per finished invocation instead of an ``isinstance`` and two
+    ``SubclassTable`` lookups.  The kinds are tested in the order the reducer used to
+    test them (a list, a stop, ``None``, an input request), so a class that is two of
+    them gets the first.  Bounded as ``SubclassTable`` is.
+    """
+
+    __slots__ = ()
+
+    def __missing__(self, cls: type) -> int:
+        if len(self) >= _MAX_CLASSES:
+            self.clear()
+        if issubclass(cls, list):
+            kind = RETURNED_LIST
+        elif issubclass(cls, StopEvent):
+            kind = RETURNED_STOP
+        elif cls is type(None):
+            kind = RETURNED_NONE
+        elif issubclass(cls, InputRequiredEvent):
+            kind = RETURNED_INPUT_REQUIRED
+        else:
+            kind = RETURNED_EVENT
+        self[cls] = kind
+        return kind
+
+
+RETURNED = ReturnedTable()
+"""``RETURNED[type(value)]``: the ``RETURNED_*`` kind of a step's return value."""

@@ -39,7 +39,7 @@ def _merge(a: _Heap, b: _Heap) -> _Heap:
 class SlotPool:
     """The busy count, the high-water mark and the freed slots of one step."""
 
-    __slots__ = ("_free", "_high", "acquired", "busy")
+    __slots__ = ("_free", "_high", "acquired", "busy", "released")
 
     def __init__(self, busy: int = 0, high: int = 0, free: _Heap = None) -> None:
         self.busy = busy
@@ -49,6 +49,10 @@ class SlotPool:
         """What ``acquire()`` gives, when known without calling it (read-only): the
         shared pools below carry it, so that a busy step taking back the slot one of its
         workers freed (a fan-out's every tick) reads it instead of calling."""
+        self.released: tuple[SlotPool, ...] | None = None
+        """``released[slot]`` is what ``release(slot)`` gives, when known without calling
+        it (read-only): the shared gapless pools below carry it, for each of their busy
+        slots, so that a busy step freeing a slot (a fan-out's every tick) reads it."""
 
     @classmethod
     def with_busy(cls, slots: Iterable[int]) -> SlotPool:
@@ -133,4 +137,6 @@ _ONE_GAP = [
 for _pools in (_DENSE, *_ONE_GAP):
     for _pool in _pools:
         _pool.acquired = _pool.acquire()  # each gives a shared pool, or a new one to keep
+for _pool in _DENSE:  # each slot freed gives a shared pool (_DENSE or _ONE_GAP)
+    _pool.released = tuple(_pool.release(slot) for slot in range(_pool.busy))
 del _pools, _pool

@@ -625,7 +625,7 @@ class ReductionSlots:
     A reduction builds its new state in place: the reducer's accumulator (``Tx`` in
     ``control_loop/_tx.py``) is a ``RunState`` under construction, starting as a copy of
     the input's fields, and ``commit`` hands that same object out as the new state.  The
-    accumulator's own slots (the input state, the tick's time, the commands so far...)
+    accumulator's own slots (the tick's time, the commands so far...)
     live here so that its layout is a ``RunState``'s; outside a reduction they hold
     ``None`` or scalars (or are unset, in a state built by a class call).  They are no
     fields: equality, ``repr``, snapshots and ``evolve`` see none of them.
@@ -635,7 +635,6 @@ class ReductionSlots:
         "_draft_running",
         "_draft_step",
         "_own_steps",
-        "base",
         "commands",
         "live",
         "now",

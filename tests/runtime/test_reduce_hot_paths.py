@@ -1,0 +1,173 @@
+"""The reducer's hot-path shortcuts give what the general code gives.
+
+Each shortcut here (a table lookup for a returned value's kind, an id's digits formatted
+once, a returned list's stop found once per class) has a slower general form; these
+tests drive both and compare.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tickwork import Event, StartEvent, StopEvent, Workflow, step
+from tickwork.events import HumanResponseEvent, InputRequiredEvent
+from tickwork.runtime.types.commands import CompleteRun, RunWorker
+from tickwork.runtime.types.kinds import (
+    IS_INPUT_REQUIRED,
+    IS_STOP,
+    RETURNED,
+    RETURNED_EVENT,
+    RETURNED_INPUT_REQUIRED,
+    RETURNED_LIST,
+    RETURNED_NONE,
+    RETURNED_STOP,
+    ReturnedTable,
+)
+from tickwork.runtime.types.step_id import invocation_id, work_item_id
+from tickwork.testing import ReducerKit
+
+
+class A(Event):
+    n: int = 0
+
+
+class Done(StopEvent):
+    pass
+
+
+class Ask(InputRequiredEvent):
+    pass
+
+
+class B(Event):
+    pass
+
+
+class Events(list[Any]):
+    pass
+
+
+def _checked_kind(value: Any) -> int:
+    """The kind as the reducer told it before the table: ``isinstance(value, list)``,
+    then ``IS_STOP``, then ``value is None``, then ``IS_INPUT_REQUIRED``."""
+    if isinstance(value, list):
+        return RETURNED_LIST
+    if IS_STOP[type(value)]:
+        return RETURNED_STOP
+    if value is None:
+        return RETURNED_NONE
+    if IS_INPUT_REQUIRED[type(value)]:
+        return RETURNED_INPUT_REQUIRED
+    return RETURNED_EVENT
+
+
+def test_the_returned_table_tells_the_kinds_the_checks_told() -> None:
+    values = [
+        A(),
+        StopEvent(),
+        Done(),
+        None,
+        Ask(),
+        HumanResponseEvent(),
+        [],
+        [A()],
+        Events([Done()]),
+        3,
+        "text",
+    ]
+    for value in values:
+        assert RETURNED[type(value)] == _checked_kind(value), value
+        assert ReturnedTable()[type(value)] == _checked_kind(value), value  # a fresh one
+
+
+class Chain(Workflow):
+    @step
+    async def begin(self, ev: StartEvent) -> A:
+        return A()
+
+    @step
+    async def hop(self, ev: A) -> A | Done:
+        return A(n=ev.n + 1)
+
+
+class Fan(Workflow):
+    @step
+    async def begin(self, ev: StartEvent) -> list[A]:
+        return [A(n=n) for n in range(3)]
+
+    @step(num_workers=1)
+    async def hop(self, ev: A) -> B | None:
+        return None
+
+    @step
+    async def side(self, ev: B) -> Done | None:
+        return None
+
+
+def _started(kit: ReducerKit, commands: list[Any]) -> list[tuple[str, str]]:
+    return [
+        (c.invocation.work_item_id, c.invocation.invocation_id)
+        for c in commands
+        if isinstance(c, RunWorker)
+    ]
+
+
+def test_a_hop_takes_its_ids_from_the_run_s_counters() -> None:
+    """A chain's hop mints its work item and its invocation from the same number (its
+    digits formatted once); after a fan-out the numbers differ and each id still takes
+    its own counter's."""
+    kit = ReducerKit(Chain(timeout=None))
+    kit.start()
+    for _ in range(5):
+        (running,) = kit.running()
+        before = kit.state
+        started = _started(kit, kit.complete(running, A(n=1)))
+        assert before.work_item_seq == before.invocation_seq
+        assert started == [
+            (work_item_id(before.work_item_seq), invocation_id(before.invocation_seq))
+        ]
+
+    kit = ReducerKit(Fan(timeout=None))
+    kit.start()
+    (begin,) = kit.running("begin")
+    kit.complete(begin, [A(n=n) for n in range(3)])
+    (hop,) = kit.running("hop")
+    before = kit.state
+    # hop's next items are queued; the B it returns goes to a free step: its work item
+    # number is ahead of the invocation number.
+    started = _started(kit, kit.complete(hop, B()))
+    assert before.work_item_seq != before.invocation_seq
+    assert started[0] == (
+        work_item_id(before.work_item_seq),
+        invocation_id(before.invocation_seq),
+    )
+
+
+class Lister(Workflow):
+    @step
+    async def begin(self, ev: StartEvent) -> list[A | Done]:
+        return []
+
+    @step
+    async def hop(self, ev: A) -> None:
+        return None
+
+
+def test_a_returned_list_ends_the_run_with_its_first_stop() -> None:
+    first, second = Done(result=1), Done(result=2)
+    for events, stop in [
+        ([A(), first, A(), second], first),
+        ([second, first], second),
+        ([A(), A()], None),
+    ]:
+        kit = ReducerKit(Lister(timeout=None))
+        kit.start()
+        (begin,) = kit.running("begin")
+        commands = kit.complete(begin, events)
+        completed = [c.stop_event for c in commands if isinstance(c, CompleteRun)]
+        if stop is None:
+            assert kit.state.status == "running"
+            assert completed == []
+        else:
+            assert kit.state.status == "completed"
+            assert len(completed) == 1 and completed[0] is stop
