@@ -10,8 +10,11 @@ of them, and checks:
   the workers stopped;
 * records compacted: each finished run keeps only its final snapshot, no record before it;
 * inbox drained: every item consumed;
-* connection count flat: the workers hold no more connections at the end than once
-  their pools were warm (``pg_stat_activity``).
+* connections bounded: halfway and at the end the workers hold no more connections
+  than their stores may (``pg_stat_activity``; each pool grows on demand up to its size
+  and keeps what it opened, so a count that rises a little after the first half is a
+  pool reaching its working size, while a leak of a connection per run, or per 50 runs,
+  passes the bound), and none once they stopped.
 
 Marked ``fleet_slow`` (``nox -s fleet``): 1,000 runs.
 """
@@ -142,8 +145,12 @@ def test_a_soak_of_short_runs_leaves_nothing_behind(pg_schema: PgSchema, tmp_pat
         check_journal(run_id, written, last_seqs[run_id])
     check_settled(dsn, schema)
     assert query(dsn, "SELECT worker_id FROM {s}.workers", schema=schema) == []
-    assert counts["end"] <= counts["warm"] + 2, counts
-    assert counts["end"] <= CEILING, counts  # nothing opened past what the stores may hold
+    # Nothing opened past what the stores may hold.  (No "no growth after the first
+    # half" check: a pool grows whenever a busier moment than any before comes, which a
+    # loaded machine brings at any time; 3 to 8 more connections were seen, with or
+    # without load, on code that leaks none.)
+    assert counts["warm"] <= CEILING, counts
+    assert counts["end"] <= CEILING, counts
     deadline = time.monotonic() + 10
     while _worker_connections(dsn, schema) and time.monotonic() < deadline:
         time.sleep(0.1)  # the server notices closed sockets a moment later
