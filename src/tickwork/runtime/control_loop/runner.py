@@ -249,9 +249,15 @@ class _Loop:
     def post(self, tick: Tick) -> None:
         """Add a tick from a worker or the caller (same thread as the loop).
 
-        While the loop task sleeps, the posting task reduces the tick itself (see
-        ``_drain_inline``); a durable run must commit before acting, which only the
-        loop task can await, so it is woken instead.
+        Handing a tick to the sleeping loop costs a whole event-loop iteration; when the
+        loop is idle-waiting (so nothing else is draining), the task that posted (a
+        finishing worker, a step writing to the stream, the caller sending an event)
+        reduces the ticks itself, here, which is safe because a drain never awaits.  The
+        loop is woken only when it has something to do: the run ended, an idle check is
+        due, or a timer it does not know about was scheduled.  Ticks left in the inbox
+        while a dispatched worker had not started come first, so that ticks are reduced
+        in the order they were posted.  A durable run must commit before acting, which
+        only the loop task can await, so it is woken instead.
 
         A tick posted while a dispatched worker has not started yet is left to the loop
         task, which lets every such worker start before it reduces anything.  Results are
@@ -264,7 +270,35 @@ class _Loop:
                 self.adapter.post_external(tick)
             return
         if self.waiting and self.drains_inline and not self.unstarted:
-            self._drain_inline(tick)
+            # Reduce ``tick`` here while the loop task sleeps (see above).
+            timers = len(self.heap)
+            self.waiting = False
+            try:
+                if self.inbox:
+                    self._queue(tick)
+                    self._take_available()
+                    self._drain()
+                else:
+                    self._process(tick)
+                # Commands never post, but a tick posted meanwhile must not be stranded.
+                while self.inbox and self.exit is None:
+                    self._take_available()
+                    self._drain()
+            except Exception as error:  # a runtime bug: let the loop task raise it
+                self.crash = error
+                self.drains_inline = False
+            finally:
+                self.waiting = True
+            if self.exit is not None:
+                # Deliver the outcome now, as the loop itself would at the end of a drain.
+                self.adapter.finish(self.exit)
+            if (
+                self.crash is not None
+                or self.exit is not None
+                or self.idle_requested
+                or len(self.heap) != timers
+            ):
+                self.pool.wake()
             return
         self._queue(tick)
         if self.waiting:
@@ -601,11 +635,7 @@ class _Loop:
             self.pool.spawn(invocation.invocation_id, worker, self.spawn_context)
 
     def report(self, invocation: Invocation, outcome: StepOutcome) -> None:
-        """A worker's outcome (a cancelled worker reports none): post it as a tick.
-
-        The common case, a result while the loop sleeps with nothing else posted, is
-        reduced here as ``_drain_inline`` would (without its frame: one per step).
-        """
+        """A worker's outcome (a cancelled worker reports none): post it as a tick."""
         tasks = self.worker_tasks
         if tasks is not None:
             tasks.pop(invocation.invocation_id, None)  # what AsyncioPool.done does
@@ -614,34 +644,7 @@ class _Loop:
         tick.step = invocation.step
         tick.invocation_id = invocation.invocation_id
         tick.outcome = outcome
-        if not (self.exit is None and self.waiting and self.drains_inline and not self.unstarted):
-            self.post(tick)
-            return
-        if self.inbox:
-            self._drain_inline(tick)  # what post() does then, without its frame
-            return
-        # What ``_drain_inline(tick)`` does with an empty inbox.
-        timers = len(self.heap)
-        self.waiting = False
-        try:
-            self._process(tick)
-            while self.inbox and self.exit is None:
-                self._take_available()
-                self._drain()
-        except Exception as error:  # a runtime bug: let the loop task raise it
-            self.crash = error
-            self.drains_inline = False
-        finally:
-            self.waiting = True
-        if self.exit is not None:
-            self.adapter.finish(self.exit)
-        if (
-            self.crash is not None
-            or self.exit is not None
-            or self.idle_requested
-            or len(self.heap) != timers
-        ):
-            self.pool.wake()
+        self.post(tick)
 
     def write(self, event: Any, invocation_id: str | None) -> None:
         """A step writes ``event`` to the stream (from the loop's thread).
@@ -712,49 +715,6 @@ class _Loop:
         stamp = self.write_stamp
         self.state = account_stream_writes(self.state, count, self.write_elapsed, stamp)
         self.adapter.processed(PublishTick(stamp, None), self.state, [])
-
-    def _drain_inline(self, tick: Tick) -> None:
-        """Reduce ``tick`` in the posting task while the loop task sleeps (``report``
-        does so itself for a step result when the inbox is empty: keep the two alike).
-
-        Handing a tick to the sleeping loop costs a whole event-loop iteration; when the
-        loop is idle-waiting (so nothing else is draining), the task that posted (a
-        finishing worker, a step writing to the stream, the caller sending an event)
-        reduces the ticks itself, which is safe because a drain never awaits.  The loop
-        is woken only when it has something to do: the run ended, an idle check is due,
-        or a timer it does not know about was scheduled.
-
-        Ticks left in the inbox while a dispatched worker had not started come first, so
-        that ticks are reduced in the order they were posted.
-        """
-        timers = len(self.heap)
-        self.waiting = False
-        try:
-            if self.inbox:
-                self._queue(tick)
-                self._take_available()
-                self._drain()
-            else:
-                self._process(tick)
-            # Commands never post, but a tick posted meanwhile must not be stranded.
-            while self.inbox and self.exit is None:
-                self._take_available()
-                self._drain()
-        except Exception as error:  # a runtime bug: let the loop task raise it
-            self.crash = error
-            self.drains_inline = False
-        finally:
-            self.waiting = True
-        if self.exit is not None:
-            # Deliver the outcome now, as the loop itself would at the end of a drain.
-            self.adapter.finish(self.exit)
-        if (
-            self.crash is not None
-            or self.exit is not None
-            or self.idle_requested
-            or len(self.heap) != timers
-        ):
-            self.pool.wake()
 
     def _cancel_worker(self, command: CancelWorker) -> None:
         if self.pool.cancel(command.invocation_id):
