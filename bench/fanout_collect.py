@@ -53,5 +53,6 @@ SCENARIO = Scenario(
     sizes=(1_000, 10_000, 100_000),
     quick_sizes=(100, 1_000, 10_000),
     measure=measure,
+    vs_scenario="fanout_floor",
     goal="10k in <= 0.12 s (0.1: 0.25 s); growth exponent <= 1.05",
 )

@@ -34,6 +34,7 @@ BODIES = {
         "async def body(n):\n"
         "    assert await workflow.run(hops=n) == n"
     ),
+    "fanout_floor": "from bench.fanout_floor import _floor as body",
     "fanout_collect": (
         "from bench.fanout_collect import FanoutCollect\n"
         "workflow = FanoutCollect(timeout=None)\n"

@@ -44,6 +44,7 @@ SCENARIO_MODULES = {
     "baseline": "bench.baseline",
     "chain_floor": "bench.chain_floor",
     "chain": "bench.chain",
+    "fanout_floor": "bench.fanout_floor",
     "fanout_collect": "bench.fanout_collect",
     "send_collect": "bench.send_collect",
     "retry": "bench.retry",
