@@ -172,7 +172,18 @@ def reduce(state: RunState, tick: Tick) -> tuple[RunState, list[Command]]:
     tx.last_alive_stamp = last
     tx.idle_check_pending = state.idle_check_pending
     tx.holdings = state.holdings
-    _apply(tx, tick, kind)
+    # _apply(tx, tick, kind), spelled out (a frame per tick): a change there must be
+    # made here too.
+    _PROCESSORS[kind](tx, tick)
+    if tx.holdings is not NO_HOLDINGS and tx.holdings.held:
+        release_held_events(tx)
+    if tx.touched_streams:
+        close_finished_streams(tx)
+    if not (tx.queued or tx.running):
+        if tx.holdings.unclaimed:  # nothing left that could still wait for them
+            drop_unclaimed(tx)
+        if not tx.idle_check_pending:
+            _schedule_idle_check_if_quiescent(tx, tick)
     # commit(tx), spelled out (a frame per tick): the new state keeps neither the
     # commands nor the drafts alive.
     tx.commands = tx._draft_step = tx._draft_running = None  # type: ignore[assignment]
@@ -211,7 +222,8 @@ def _count_tick(tx: Tx, kind: type) -> None:
 
 def _apply(tx: Tx, tick: Tick, kind: type) -> None:
     """One tick's phases, in order, on the accumulator once the tick is counted
-    (``_count_tick``; ``kind`` is ``type(tick)``)."""
+    (``_count_tick``; ``kind`` is ``type(tick)``).  ``reduce`` spells it out: a change
+    here must be made there too."""
     _PROCESSORS[kind](tx, tick)
     if tx.holdings is not NO_HOLDINGS and tx.holdings.held:
         release_held_events(tx)
