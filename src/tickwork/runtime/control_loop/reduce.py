@@ -37,6 +37,7 @@ from tickwork.runtime.control_loop._routing import (
     emit_events,
     emit_fanned_out,
     fail_stuck_stream,
+    join_member_and_refill,
     release_held_events,
     settle_in_stream,
 )
@@ -423,6 +424,13 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
         kind = RETURNED[type(value)]
         if kind == RETURNED_LIST:
             _apply_returned_list(tx, invocation, value)
+        elif (
+            invocation.scope_path  # (first: a top-level item, a chain's hop, is not one)
+            and tx.queued
+            and kind == RETURNED_EVENT
+            and join_member_and_refill(tx, invocation, value, current)
+        ):
+            return  # a fan-out member joined its batch and its slot was refilled
         else:
             held = finish_invocation(tx, invocation, True, type(value), True, value, current)
             if kind == RETURNED_STOP:
