@@ -41,7 +41,8 @@ from tickwork.runtime.types.state import (
 from tickwork.runtime.types.step_id import WORKER_NAMES
 
 FRESH_STEP = StepRunState()
-_NO_QUEUE = FRESH_STEP.queue
+NO_QUEUE = FRESH_STEP.queue
+"""The empty queue every step starts with (compare with ``is``)."""
 _FIRST_SLOT = FRESH_STEP.slots.acquire()
 """What an idle, empty step's pool gives every time (slot 0, a shared pool): the usual
 step of a chain starts from ``FRESH_STEP`` on every hop."""
@@ -399,15 +400,12 @@ def finish_invocation(
 
     Returns what the step holds besides its queue and running work (``held``, which
     this does not change): the caller's next question is whether the step has waiters,
-    and the step's state is then one lookup away."""
+    and the step's state is then one lookup away.  ``_process_step_result`` spells out
+    the first case (a step left fresh): a change there must be made here too."""
     step = invocation.step
     if current is None:
         current = tx.steps[step]
-    if (
-        current.in_progress.size == 1
-        and current.queue is _NO_QUEUE
-        and current.held is NOTHING_HELD
-    ):
+    if current.in_progress.size == 1 and current.queue is NO_QUEUE and current.held is NOTHING_HELD:
         # The step held nothing but this invocation (the usual case): it is fresh again,
         # and the fresh state is shared instead of built (put_step() without its frame).
         own = tx._own_steps

@@ -43,6 +43,7 @@ from tickwork.runtime.control_loop._routing import (
 )
 from tickwork.runtime.control_loop._tx import (
     FRESH_STEP,
+    NO_QUEUE,
     Tx,
     cancel_all_workers,
     commit,
@@ -76,6 +77,7 @@ from tickwork.runtime.types.commands import (
     Command,
     Halt,
     PublishEvent,
+    PublishStepState,
     ScheduleIdleCheck,
     ScheduleTimeout,
     ScheduleWakeup,
@@ -94,11 +96,12 @@ from tickwork.runtime.types.results import Completed, Failed, Suspended
 from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.state import (
     NO_HOLDINGS,
+    NOTHING_HELD,
     Invocation,
     RunState,
     WorkItem,
 )
-from tickwork.runtime.types.step_id import stream_id
+from tickwork.runtime.types.step_id import WORKER_NAMES, stream_id
 from tickwork.runtime.types.ticks import (
     AddEvent,
     CancelRun,
@@ -174,8 +177,11 @@ def reduce(state: RunState, tick: Tick) -> tuple[RunState, list[Command]]:
     tx.idle_check_pending = state.idle_check_pending
     tx.holdings = state.holdings
     # _apply(tx, tick, kind), spelled out (a frame per tick): a change there must be
-    # made here too.
-    _PROCESSORS[kind](tx, tick)
+    # made here too.  A step result (most ticks) skips the table.
+    if kind is StepResult:
+        _process_step_result(tx, tick)  # type: ignore[arg-type]  # a StepResult
+    else:
+        _PROCESSORS[kind](tx, tick)
     if tx.holdings is not NO_HOLDINGS and tx.holdings.held:
         release_held_events(tx)
     if tx.touched_streams:
@@ -432,7 +438,33 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
         ):
             return  # a fan-out member joined its batch and its slot was refilled
         else:
-            held = finish_invocation(tx, invocation, True, type(value), True, value, current)
+            if (
+                current.in_progress.size == 1
+                and current.queue is NO_QUEUE
+                and current.held is NOTHING_HELD
+            ):
+                # The step held nothing but this invocation (a chain's every hop):
+                # finish_invocation()'s first case, spelled out (a frame per hop; a
+                # change there must be made here too).
+                own = tx._own_steps
+                if own is None:
+                    own = tx._own_steps = {**tx.steps}
+                    tx.steps = own
+                own[tick.step] = FRESH_STEP
+                tx.running -= 1
+                if not tx.quiet:
+                    command = _new(PublishStepState)
+                    command.step = tick.step
+                    command.state = "not_running"
+                    command.worker_id = WORKER_NAMES[invocation.worker_id]
+                    command.input_type = type(invocation.event)
+                    command.output_type = type(value)
+                    command.has_output = True
+                    command.event = value
+                    tx.commands.append(command)
+                held = NOTHING_HELD
+            else:
+                held = finish_invocation(tx, invocation, True, type(value), True, value, current)
             if kind == RETURNED_STOP:
                 complete_run(tx, value)
                 return  # the run is over: nothing to finalize
