@@ -23,6 +23,9 @@ from tickwork.runtime.control_loop._holding import (
 )
 from tickwork.runtime.control_loop._tx import (
     _NO_WAITERS,
+    FIRST_SLOT,
+    FRESH_STEP,
+    NO_QUEUE,
     Tx,
     _log,
     dispatch_or_queue,
@@ -161,9 +164,39 @@ def deliver_event(
         invocation.last_failed_at = None
         invocation.not_before = None
         invocation.resume_identity = None
-        start_invocation(
-            tx, step, invocation, current, None, digits if tx.invocation_seq == seq else None
-        )
+        if current is not FRESH_STEP:
+            start_invocation(
+                tx, step, invocation, current, None, digits if tx.invocation_seq == seq else None
+            )
+            continue
+        # The step is idle and empty (a chain's every hop): start_invocation()'s first
+        # case, spelled out (a frame and six arguments per hop; a change there must be
+        # made here too).
+        started = tx.invocation_seq
+        tx.invocation_seq = started + 1
+        invocation.invocation_id = "inv-" + digits if started == seq else f"inv-{started}"
+        invocation.worker_id = FIRST_SLOT[0]
+        invocation.dispatched_at = tx.now
+        invocation.received = NO_SENDS
+        invocation.collect_view = NOTHING_HELD.collect_buffers
+        invocation.waiters_view = _NO_WAITERS
+        new = _new(StepRunState)
+        new.queue = NO_QUEUE
+        new.in_progress = in_progress = _new(PMap)
+        in_progress.root = (invocation.invocation_id, invocation)
+        in_progress.size = 1
+        new.slots = FIRST_SLOT[1]
+        new.held = NOTHING_HELD
+        own = tx._own_steps
+        if own is None:
+            own = tx._own_steps = {**tx.steps}
+            tx.steps = own
+        own[step] = new
+        tx.running += 1
+        if not tx.quiet:
+            command = _new(RunWorker)
+            command.invocation = invocation
+            tx.commands.append(command)
     if not delivered and not isinstance(event, InputRequiredEvent):
         _publish_unhandled(tx, event, target)
         keep_unclaimed(tx, event, producer)

@@ -43,7 +43,7 @@ from tickwork.runtime.types.step_id import WORKER_NAMES
 FRESH_STEP = StepRunState()
 NO_QUEUE = FRESH_STEP.queue
 """The empty queue every step starts with (compare with ``is``)."""
-_FIRST_SLOT = FRESH_STEP.slots.acquire()
+FIRST_SLOT = FRESH_STEP.slots.acquire()
 """What an idle, empty step's pool gives every time (slot 0, a shared pool): the usual
 step of a chain starts from ``FRESH_STEP`` on every hop."""
 
@@ -260,12 +260,14 @@ def start_invocation(
     ``str(tx.invocation_seq)`` when the caller has it: a chain's hop mints its work item
     and its invocation from the same number, and formatting it once saves about 700
     machine instructions (``deliver_event``).  Returns the step's new state (what
-    ``tx.steps[step]`` now holds: ``drain_queue`` goes on from it).
+    ``tx.steps[step]`` now holds: ``drain_queue`` goes on from it).  ``deliver_event``
+    spells out the first case (a step idle and empty): a change here must be made
+    there too.
     """
     if current is None:
         current = tx.steps[step]
     if current is FRESH_STEP:  # idle and empty (a chain's every hop): no waiter either
-        slot, slots = _FIRST_SLOT
+        slot, slots = FIRST_SLOT
         held, waiters_view = NOTHING_HELD, _NO_WAITERS
     else:
         slot, slots = current.slots.acquired or current.slots.acquire()  # a shared pool
