@@ -28,6 +28,7 @@ from tickwork.runtime.types.evolve import evolve as replace
 from tickwork.runtime.types.persistent import PMap
 from tickwork.runtime.types.state import NO_SENDS, RunState
 from tickwork.runtime.types.ticks import StepResult, Tick
+from tickwork.testing import ReducerKit
 
 from .reducer_helpers import fingerprint
 
@@ -297,3 +298,21 @@ async def test_the_member_phase_on_rarer_states(
     fast, slow, taken = _both_ways(monkeypatch, varied)
     assert fast == slow
     assert taken == (1 if takes_the_phase else 0)
+
+
+@pytest.mark.parametrize(
+    ("flow", "joins"),
+    [(Fanout, True), (OneWorker, True), (TakeSome, False), (AlsoAudited, False)],
+)
+def test_the_config_tells_which_members_join_a_batch(flow: type[Workflow], joins: bool) -> None:
+    """``RunConfig.member_joins``: the binding of the one ``list[E]`` step (without
+    ``Take``) a member of that type goes to, else ``None``."""
+    config = ReducerKit(flow(timeout=None)).config
+    binding = config.member_joins["split", Result]
+    if joins:
+        assert binding is not None and binding.target == "join" and binding.take is None
+        assert binding is config.collectors["split", "join", Result]
+    else:
+        assert binding is None
+    assert config.member_joins["split", Item] is None  # it goes to a plain step
+    assert config.member_joins["work", Result] is None  # work opens no stream

@@ -266,33 +266,25 @@ def join_member_and_refill(
 
     Declines (returns ``False``, having changed nothing) unless the tick has exactly
     that shape: no blind or registered waiter could take the event, it goes to one
-    step, a ``list[E]`` step bound (without ``Take``) to the run's only open stream,
-    which is the member's own; the stream's only release state is that binding's, not
-    fired; the step holds nothing but its queue and running work, every one of its
-    slots was busy (a shared pool), its in-flight map is a small ``dict``, and the item
-    at the front of its queue is due and new (neither a delayed retry nor a rewound
-    invocation).
+    step, a ``list[E]`` step bound (without ``Take``: ``RunConfig.member_joins``) to
+    the run's only open stream, which is the member's own; the stream's only release
+    state is that binding's, not fired; the step holds nothing but its queue and
+    running work, every one of its slots was busy (a shared pool), its in-flight map is
+    a small ``dict``, and the item at the front of its queue is due and new (neither a
+    delayed retry nor a rewound invocation).
     """
     # Check: every condition under which the general phases do what this does.
     if tx.holdings.blind.size or not tx.waiter_index.empty:
         return False
-    config = tx.config
-    cls = type(value)
-    routes = config.routes[cls]
-    if len(routes) != 1:
-        return False
-    target = routes[0]
     pair = tx.streams.root
-    if (
-        config.steps[target].kind != "collect"
-        or type(pair) is not tuple
-        or pair[0] != invocation.scope_path[-1]
-    ):
+    if type(pair) is not tuple or pair[0] != invocation.scope_path[-1]:
         return False
     stream_id, stream = pair
-    binding = config.collectors[stream.source_step, target, cls]
+    config = tx.config
+    cls = type(value)
+    binding = config.member_joins[stream.source_step, cls]  # one route, to a list[E] step
     found = tx.releases.root
-    if binding is None or binding.take is not None or type(found) is not tuple:
+    if binding is None or type(found) is not tuple:
         return False
     release = found[1]
     count = stream.open_work_items - 1
