@@ -26,6 +26,7 @@ from tickwork.runtime.control_loop import reduce as reduce_module
 from tickwork.runtime.control_loop.reduce import reduce, reduce_all
 from tickwork.runtime.types.evolve import evolve as replace
 from tickwork.runtime.types.persistent import PMap
+from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.state import NO_SENDS, RunState
 from tickwork.runtime.types.ticks import StepResult, Tick
 from tickwork.testing import ReducerKit
@@ -316,3 +317,17 @@ def test_the_config_tells_which_members_join_a_batch(flow: type[Workflow], joins
         assert binding is None
     assert config.member_joins["split", Item] is None  # it goes to a plain step
     assert config.member_joins["work", Result] is None  # work opens no stream
+
+
+def test_a_full_step_takes_back_the_slot_it_freed_and_its_pool() -> None:
+    """What the phase relies on to refill a slot without asking the pool: a full step's
+    shared gapless pool, with any one slot freed and taken back, is itself again."""
+    for workers in range(1, 16):
+        pool = SlotPool().acquire()[1]
+        for _ in range(workers - 1):
+            pool = pool.acquire()[1]
+        assert pool.released is not None  # a shared one
+        for slot in range(workers):
+            freed = pool.released[slot]
+            assert freed.acquired is not None
+            assert freed.acquired[0] == slot and freed.acquired[1] is pool

@@ -315,10 +315,10 @@ def join_member_and_refill(
     item: WorkItem = front[0]
     if item.not_before is not None or item.resume_identity is not None:
         return False
-    # Refill: the slot freed goes to the front item, the step's record built once.
+    # Refill: the slot freed goes to the front item, the step's record built once.  The
+    # step was full (a shared gapless pool): the freed slot is its only free one, and
+    # taking it back gives the same shared pool (``released[slot].acquired``).
     worker = invocation.worker_id
-    freed = released[worker]
-    slot, pool = freed.acquired or freed.acquire()
     seq = tx.invocation_seq
     tx.invocation_seq = seq + 1
     started_id = f"inv-{seq}"
@@ -336,7 +336,7 @@ def join_member_and_refill(
     started.not_before = None
     started.resume_identity = None
     started.invocation_id = started_id
-    started.worker_id = slot
+    started.worker_id = worker
     started.dispatched_at = tx.now
     started.received = NO_SENDS
     started.collect_view = NOTHING_HELD.collect_buffers
@@ -354,7 +354,7 @@ def join_member_and_refill(
     new = _new(StepRunState)
     new.queue = rest
     new.in_progress = progress
-    new.slots = pool
+    new.slots = slots
     new.held = NOTHING_HELD
     own = tx._own_steps
     if own is None:
