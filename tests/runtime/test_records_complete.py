@@ -43,6 +43,27 @@ class Pings(Workflow):
         return StopEvent(result=ev.n)
 
 
+class Result(Event):
+    n: int
+
+
+class Members(Workflow):
+    """A fan-out whose members join a ``list[E]`` batch while the next ones queue (the
+    member phase of ``_routing.join_member_and_refill``)."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=n) for n in range(10)]
+
+    @step(num_workers=2)
+    async def work(self, ev: Item) -> Result:
+        return Result(n=ev.n)
+
+    @step
+    async def join(self, events: list[Result]) -> StopEvent:
+        return StopEvent(result=sum(ev.n for ev in events))
+
+
 def unset_fields(obj: Any, path: str, seen: set[int], out: list[str]) -> None:
     """Append to ``out`` the path of every unset field of a record under ``obj``."""
     if id(obj) in seen or obj is None or isinstance(obj, (str, int, float, type)):
@@ -63,8 +84,9 @@ def unset_fields(obj: Any, path: str, seen: set[int], out: list[str]) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(("flow", "result"), [(Pings, 6), (Members, 45)])
 async def test_ticks_states_and_commands_have_every_field(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, flow: type[Workflow], result: int
 ) -> None:
     unset: list[str] = []
     reduced: list[str] = []
@@ -80,6 +102,6 @@ async def test_ticks_states_and_commands_have_every_field(
         return new_state, commands
 
     monkeypatch.setattr(runner, "reduce", checking_reduce)
-    assert await Pings(timeout=None).run() == 6
+    assert await flow(timeout=None).run() == result
     assert unset == []
     assert reduced.count("StepResult") >= 6  # the step results went through the check

@@ -11,7 +11,13 @@ from typing import Any
 
 from tickwork import Event, StartEvent, StopEvent, Workflow, step
 from tickwork.events import HumanResponseEvent, InputRequiredEvent
-from tickwork.runtime.types.commands import CompleteRun, RunWorker
+from tickwork.runtime.control_loop._tx import (
+    FRESH_STEP,
+    finish_invocation,
+    open_tx,
+    start_invocation,
+)
+from tickwork.runtime.types.commands import CompleteRun, PublishStepState, RunWorker
 from tickwork.runtime.types.kinds import (
     IS_INPUT_REQUIRED,
     IS_STOP,
@@ -23,8 +29,11 @@ from tickwork.runtime.types.kinds import (
     RETURNED_STOP,
     ReturnedTable,
 )
+from tickwork.runtime.types.state import NOTHING_HELD, WorkItem
 from tickwork.runtime.types.step_id import invocation_id, work_item_id
 from tickwork.testing import ReducerKit
+
+from .reducer_helpers import fingerprint
 
 
 class A(Event):
@@ -171,3 +180,52 @@ def test_a_returned_list_ends_the_run_with_its_first_stop() -> None:
         else:
             assert kit.state.status == "completed"
             assert len(completed) == 1 and completed[0] is stop
+
+
+def test_a_hop_frees_its_step_as_finish_invocation_does() -> None:
+    """A hop's step held nothing but the invocation that finished: the step-result
+    processor spells out ``finish_invocation``'s first case (the step fresh again, one
+    invocation fewer running, its NOT_RUNNING first); it gives what the function gives."""
+    kit = ReducerKit(Chain(timeout=None))
+    kit.start()
+    for value in [A(n=1), A(n=2), None]:
+        (running,) = kit.running()
+        before = kit.state
+        commands = kit.complete(running, value)
+        tx = open_tx(before, 0.0)
+        held = finish_invocation(tx, running, True, type(value), True, value)
+        assert held is NOTHING_HELD and tx.steps["hop"] is FRESH_STEP
+        assert isinstance(commands[0], PublishStepState)
+        assert fingerprint(commands[0]) == fingerprint(tx.commands[0])
+        if value is None:  # nothing started after it: the same step and counts
+            assert kit.state.steps["hop"] is FRESH_STEP
+            assert (kit.state.running, kit.state.queued) == (tx.running, tx.queued)
+        else:  # the A it returned started the step again, from fresh
+            assert kit.state.running == tx.running + 1
+
+
+def test_a_hop_starts_its_step_as_start_invocation_does() -> None:
+    """The event a hop returns goes to an idle, empty step: ``deliver_event`` spells out
+    ``start_invocation``'s first case (the step's one-entry in-flight map, slot 0, its
+    RUNNING); it gives what the function gives for the same work item."""
+    kit = ReducerKit(Chain(timeout=None))
+    kit.start()
+    for n in range(3):
+        kit.advance(1.5)
+        (running,) = kit.running()
+        before = kit.state
+        commands = kit.complete(running, A(n=n))
+        (started,) = [c.invocation for c in commands if isinstance(c, RunWorker)]
+        tx = open_tx(before, kit.now)
+        finish_invocation(tx, running, True, A, True, None)
+        assert tx.steps["hop"] is FRESH_STEP
+        tx.work_item_seq += 1  # the work item deliver_event minted
+        item = WorkItem(work_item_id=started.work_item_id, step="hop", event=started.event)
+        start_invocation(tx, "hop", item)
+        assert fingerprint(kit.state.steps["hop"]) == fingerprint(tx.steps["hop"])
+        assert fingerprint(commands[-1]) == fingerprint(tx.commands[-1])
+        assert (kit.state.running, kit.state.invocation_seq, kit.state.work_item_seq) == (
+            tx.running,
+            tx.invocation_seq,
+            tx.work_item_seq,
+        )

@@ -22,6 +22,10 @@ from tickwork.runtime.control_loop._holding import (
     take_releasable,
 )
 from tickwork.runtime.control_loop._tx import (
+    _NO_WAITERS,
+    FIRST_SLOT,
+    FRESH_STEP,
+    NO_QUEUE,
     Tx,
     _log,
     dispatch_or_queue,
@@ -54,18 +58,25 @@ from tickwork.runtime.types.commands import (
     CancelWorker,
     PublishEvent,
     PublishStepState,
+    RunWorker,
 )
 from tickwork.runtime.types.evolve import evolve as replace
 from tickwork.runtime.types.evolve import new_record as _new
 from tickwork.runtime.types.kinds import IS_INPUT_REQUIRED
-from tickwork.runtime.types.persistent import PList, PQueue
+from tickwork.runtime.types.persistent import PList, PMap, PQueue
 from tickwork.runtime.types.state import (
+    NO_SENDS,
+    NOTHING_HELD,
     BindingSpec,
     HeldEvent,
     Invocation,
+    ReleaseState,
+    StepRunState,
     StepSpec,
+    StreamState,
     WorkItem,
 )
+from tickwork.runtime.types.step_id import WORKER_NAMES
 from tickwork.runtime.types.ticks import (
     AddEvent,
 )
@@ -153,9 +164,39 @@ def deliver_event(
         invocation.last_failed_at = None
         invocation.not_before = None
         invocation.resume_identity = None
-        start_invocation(
-            tx, step, invocation, current, None, digits if tx.invocation_seq == seq else None
-        )
+        if current is not FRESH_STEP:
+            start_invocation(
+                tx, step, invocation, current, None, digits if tx.invocation_seq == seq else None
+            )
+            continue
+        # The step is idle and empty (a chain's every hop): start_invocation()'s first
+        # case, spelled out (a frame and six arguments per hop; a change there must be
+        # made here too).
+        started = tx.invocation_seq
+        tx.invocation_seq = started + 1
+        invocation.invocation_id = "inv-" + digits if started == seq else f"inv-{started}"
+        invocation.worker_id = FIRST_SLOT[0]
+        invocation.dispatched_at = tx.now
+        invocation.received = NO_SENDS
+        invocation.collect_view = NOTHING_HELD.collect_buffers
+        invocation.waiters_view = _NO_WAITERS
+        new = _new(StepRunState)
+        new.queue = NO_QUEUE
+        new.in_progress = in_progress = _new(PMap)
+        in_progress.root = (invocation.invocation_id, invocation)
+        in_progress.size = 1
+        new.slots = FIRST_SLOT[1]
+        new.held = NOTHING_HELD
+        own = tx._own_steps
+        if own is None:
+            own = tx._own_steps = {**tx.steps}
+            tx.steps = own
+        own[step] = new
+        tx.running += 1
+        if not tx.quiet:
+            command = _new(RunWorker)
+            command.invocation = invocation
+            tx.commands.append(command)
     if not delivered and not isinstance(event, InputRequiredEvent):
         _publish_unhandled(tx, event, target)
         keep_unclaimed(tx, event, producer)
@@ -206,6 +247,162 @@ def _arrive_at_collect_step(tx: Tx, step: str, event: Any, scope_path: tuple[str
         _dispatch_release(tx, release)
         if binding.cancel_rest:
             _cut_stream(tx, stream_id)
+
+
+def join_member_and_refill(
+    tx: Tx, invocation: Invocation, value: Any, current: StepRunState
+) -> bool:
+    """A completed member of a fan-out stream whose returned event ``value`` joins the
+    stream's ``list[E]`` batch, and whose slot the next queued item of its step takes:
+    a fan-out's every tick, as one phase.  ``current`` is the step's state.
+
+    The same state and commands as the general phases, in the same order:
+    ``finish_invocation`` (NOT_RUNNING), ``deliver_event`` to the collect step
+    (``_arrive_at_collect_step``, ``buffer_member``: no command), ``settle_in_stream``
+    (``completed`` with no delivery: one open work item fewer) and ``drain_queue``
+    (``start_invocation``: RUNNING).  Those cost eight frames and build the step's
+    record twice; here each record is built once (``test_reduce_member_phase`` drives
+    both and compares them).  A change to any of them must be made here too.
+
+    Declines (returns ``False``, having changed nothing) unless the tick has exactly
+    that shape: no blind or registered waiter could take the event, it goes to one
+    step, a ``list[E]`` step bound (without ``Take``: ``RunConfig.member_joins``) to
+    the run's only open stream, which is the member's own; the stream's only release
+    state is that binding's, not fired; the step holds nothing but its queue and
+    running work, every one of its slots was busy (a shared pool), its in-flight map is
+    a small ``dict``, and the item at the front of its queue is due and new (neither a
+    delayed retry nor a rewound invocation).
+    """
+    # Check: every condition under which the general phases do what this does.
+    if tx.holdings.blind.size or not tx.waiter_index.empty:
+        return False
+    pair = tx.streams.root
+    if type(pair) is not tuple or pair[0] != invocation.scope_path[-1]:
+        return False
+    stream_id, stream = pair
+    config = tx.config
+    cls = type(value)
+    binding = config.member_joins[stream.source_step, cls]  # one route, to a list[E] step
+    found = tx.releases.root
+    if binding is None or type(found) is not tuple:
+        return False
+    release = found[1]
+    count = stream.open_work_items - 1
+    if (
+        release.stream_id != stream_id
+        or release.binding_id != binding.binding_id
+        or release.released
+        or count < 0
+    ):
+        return False
+    step = invocation.step
+    queue = current.queue
+    front = queue._front
+    slots = current.slots
+    released = slots.released
+    in_progress = current.in_progress
+    running = in_progress.root
+    inv_id = invocation.invocation_id
+    if (
+        front is None
+        or current.held is not NOTHING_HELD
+        or released is None
+        or slots.busy != config.steps[step].num_workers
+        or type(running) is not dict
+        or inv_id not in running
+    ):
+        return False
+    item: WorkItem = front[0]
+    if item.not_before is not None or item.resume_identity is not None:
+        return False
+    # Refill: the slot freed goes to the front item, the step's record built once.  The
+    # step was full (a shared gapless pool): the freed slot is its only free one, and
+    # taking it back gives the same shared pool (``released[slot].acquired``).
+    worker = invocation.worker_id
+    seq = tx.invocation_seq
+    tx.invocation_seq = seq + 1
+    started_id = f"inv-{seq}"
+    started = _new(Invocation)
+    started.work_item_id = item.work_item_id
+    started.step = step
+    started.event = item.event
+    started.bound_events = item.bound_events
+    started.scope_path = item.scope_path
+    started.recovery_counts = item.recovery_counts
+    started.attempts = item.attempts
+    started.first_attempt_at = item.first_attempt_at
+    started.last_exception = item.last_exception
+    started.last_failed_at = item.last_failed_at
+    started.not_before = None
+    started.resume_identity = None
+    started.invocation_id = started_id
+    started.worker_id = worker
+    started.dispatched_at = tx.now
+    started.received = NO_SENDS
+    started.collect_view = NOTHING_HELD.collect_buffers
+    started.waiters_view = _NO_WAITERS
+    running = running.copy()
+    del running[inv_id]
+    running[started_id] = started
+    progress = tx._draft_running = _new(PMap)
+    progress.root = running
+    progress.size = in_progress.size
+    rest = _new(PQueue)
+    rest._front = front[1]
+    rest._back = queue._back
+    rest.size = queue.size - 1
+    new = _new(StepRunState)
+    new.queue = rest
+    new.in_progress = progress
+    new.slots = slots
+    new.held = NOTHING_HELD
+    own = tx._own_steps
+    if own is None:
+        own = tx._own_steps = {**tx.steps}
+        tx.steps = own
+    own[step] = tx._draft_step = new
+    tx.queued -= 1
+    if not tx.quiet:
+        done = _new(PublishStepState)
+        done.step = step
+        done.state = "not_running"
+        done.worker_id = WORKER_NAMES[worker]
+        done.input_type = type(invocation.event)
+        done.output_type = cls
+        done.has_output = True
+        done.event = value
+        run = _new(RunWorker)
+        run.invocation = started
+        commands = tx.commands
+        commands.append(done)
+        commands.append(run)
+    # Join: the event at the end of the batch, the member's item settled.
+    old = release.buffer
+    buffer: PList[Any] = _new(PList)
+    buffer._cell = (value, old._cell)
+    buffer._len = old._len + 1
+    buffered = _new(ReleaseState)
+    buffered.binding_id = release.binding_id
+    buffered.stream_id = stream_id
+    buffered.buffer = buffer
+    buffered.released = False
+    releases = _new(PMap)
+    releases.root = (found[0], buffered)
+    releases.size = 1
+    tx.releases = releases
+    settled = _new(StreamState)
+    settled.stream_id = stream.stream_id
+    settled.source_step = stream.source_step
+    settled.scope_path = stream.scope_path
+    settled.open_work_items = count
+    settled.accepting_binding_ids = stream.accepting_binding_ids
+    streams = _new(PMap)
+    streams.root = (stream.stream_id, settled)
+    streams.size = 1
+    tx.streams = streams
+    if not count:
+        touch_stream(tx, stream_id)
+    return True
 
 
 def _dispatch_release(tx: Tx, release: Release) -> None:

@@ -41,8 +41,9 @@ from tickwork.runtime.types.state import (
 from tickwork.runtime.types.step_id import WORKER_NAMES
 
 FRESH_STEP = StepRunState()
-_NO_QUEUE = FRESH_STEP.queue
-_FIRST_SLOT = FRESH_STEP.slots.acquire()
+NO_QUEUE = FRESH_STEP.queue
+"""The empty queue every step starts with (compare with ``is``)."""
+FIRST_SLOT = FRESH_STEP.slots.acquire()
 """What an idle, empty step's pool gives every time (slot 0, a shared pool): the usual
 step of a chain starts from ``FRESH_STEP`` on every hop."""
 
@@ -259,12 +260,14 @@ def start_invocation(
     ``str(tx.invocation_seq)`` when the caller has it: a chain's hop mints its work item
     and its invocation from the same number, and formatting it once saves about 700
     machine instructions (``deliver_event``).  Returns the step's new state (what
-    ``tx.steps[step]`` now holds: ``drain_queue`` goes on from it).
+    ``tx.steps[step]`` now holds: ``drain_queue`` goes on from it).  ``deliver_event``
+    spells out the first case (a step idle and empty): a change here must be made
+    there too.
     """
     if current is None:
         current = tx.steps[step]
     if current is FRESH_STEP:  # idle and empty (a chain's every hop): no waiter either
-        slot, slots = _FIRST_SLOT
+        slot, slots = FIRST_SLOT
         held, waiters_view = NOTHING_HELD, _NO_WAITERS
     else:
         slot, slots = current.slots.acquired or current.slots.acquire()  # a shared pool
@@ -399,15 +402,12 @@ def finish_invocation(
 
     Returns what the step holds besides its queue and running work (``held``, which
     this does not change): the caller's next question is whether the step has waiters,
-    and the step's state is then one lookup away."""
+    and the step's state is then one lookup away.  ``_process_step_result`` spells out
+    the first case (a step left fresh): a change there must be made here too."""
     step = invocation.step
     if current is None:
         current = tx.steps[step]
-    if (
-        current.in_progress.size == 1
-        and current.queue is _NO_QUEUE
-        and current.held is NOTHING_HELD
-    ):
+    if current.in_progress.size == 1 and current.queue is NO_QUEUE and current.held is NOTHING_HELD:
         # The step held nothing but this invocation (the usual case): it is fresh again,
         # and the fresh state is shared instead of built (put_step() without its frame).
         own = tx._own_steps

@@ -37,11 +37,13 @@ from tickwork.runtime.control_loop._routing import (
     emit_events,
     emit_fanned_out,
     fail_stuck_stream,
+    join_member_and_refill,
     release_held_events,
     settle_in_stream,
 )
 from tickwork.runtime.control_loop._tx import (
     FRESH_STEP,
+    NO_QUEUE,
     Tx,
     cancel_all_workers,
     commit,
@@ -75,6 +77,7 @@ from tickwork.runtime.types.commands import (
     Command,
     Halt,
     PublishEvent,
+    PublishStepState,
     ScheduleIdleCheck,
     ScheduleTimeout,
     ScheduleWakeup,
@@ -93,11 +96,12 @@ from tickwork.runtime.types.results import Completed, Failed, Suspended
 from tickwork.runtime.types.slots import SlotPool
 from tickwork.runtime.types.state import (
     NO_HOLDINGS,
+    NOTHING_HELD,
     Invocation,
     RunState,
     WorkItem,
 )
-from tickwork.runtime.types.step_id import stream_id
+from tickwork.runtime.types.step_id import WORKER_NAMES, stream_id
 from tickwork.runtime.types.ticks import (
     AddEvent,
     CancelRun,
@@ -172,7 +176,21 @@ def reduce(state: RunState, tick: Tick) -> tuple[RunState, list[Command]]:
     tx.last_alive_stamp = last
     tx.idle_check_pending = state.idle_check_pending
     tx.holdings = state.holdings
-    _apply(tx, tick, kind)
+    # _apply(tx, tick, kind), spelled out (a frame per tick): a change there must be
+    # made here too.  A step result (most ticks) skips the table.
+    if kind is StepResult:
+        _process_step_result(tx, tick)  # type: ignore[arg-type]  # a StepResult
+    else:
+        _PROCESSORS[kind](tx, tick)
+    if tx.holdings is not NO_HOLDINGS and tx.holdings.held:
+        release_held_events(tx)
+    if tx.touched_streams:
+        close_finished_streams(tx)
+    if not (tx.queued or tx.running):
+        if tx.holdings.unclaimed:  # nothing left that could still wait for them
+            drop_unclaimed(tx)
+        if not tx.idle_check_pending:
+            _schedule_idle_check_if_quiescent(tx, tick)
     # commit(tx), spelled out (a frame per tick): the new state keeps neither the
     # commands nor the drafts alive.
     tx.commands = tx._draft_step = tx._draft_running = None  # type: ignore[assignment]
@@ -211,7 +229,8 @@ def _count_tick(tx: Tx, kind: type) -> None:
 
 def _apply(tx: Tx, tick: Tick, kind: type) -> None:
     """One tick's phases, in order, on the accumulator once the tick is counted
-    (``_count_tick``; ``kind`` is ``type(tick)``)."""
+    (``_count_tick``; ``kind`` is ``type(tick)``).  ``reduce`` spells it out: a change
+    here must be made there too."""
     _PROCESSORS[kind](tx, tick)
     if tx.holdings is not NO_HOLDINGS and tx.holdings.held:
         release_held_events(tx)
@@ -411,8 +430,41 @@ def _process_step_result(tx: Tx, tick: StepResult) -> None:
         kind = RETURNED[type(value)]
         if kind == RETURNED_LIST:
             _apply_returned_list(tx, invocation, value)
+        elif (
+            invocation.scope_path  # (first: a top-level item, a chain's hop, is not one)
+            and tx.queued
+            and kind == RETURNED_EVENT
+            and join_member_and_refill(tx, invocation, value, current)
+        ):
+            return  # a fan-out member joined its batch and its slot was refilled
         else:
-            held = finish_invocation(tx, invocation, True, type(value), True, value, current)
+            if (
+                current.in_progress.size == 1
+                and current.queue is NO_QUEUE
+                and current.held is NOTHING_HELD
+            ):
+                # The step held nothing but this invocation (a chain's every hop):
+                # finish_invocation()'s first case, spelled out (a frame per hop; a
+                # change there must be made here too).
+                own = tx._own_steps
+                if own is None:
+                    own = tx._own_steps = {**tx.steps}
+                    tx.steps = own
+                own[tick.step] = FRESH_STEP
+                tx.running -= 1
+                if not tx.quiet:
+                    command = _new(PublishStepState)
+                    command.step = tick.step
+                    command.state = "not_running"
+                    command.worker_id = WORKER_NAMES[invocation.worker_id]
+                    command.input_type = type(invocation.event)
+                    command.output_type = type(value)
+                    command.has_output = True
+                    command.event = value
+                    tx.commands.append(command)
+                held = NOTHING_HELD
+            else:
+                held = finish_invocation(tx, invocation, True, type(value), True, value, current)
             if kind == RETURNED_STOP:
                 complete_run(tx, value)
                 return  # the run is over: nothing to finalize

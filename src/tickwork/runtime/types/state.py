@@ -147,6 +147,38 @@ class _Collectors(dict[tuple[str, str, type], "BindingSpec | None"]):
         return found
 
 
+class _MemberJoins(dict[tuple[str, type], "BindingSpec | None"]):
+    """``(producer, event type)`` -> the binding by which the only step that takes such
+    an event collects it as a member of ``producer``'s streams, when that step is a
+    ``list[E]`` step and the binding has no ``Take`` (``None`` otherwise: no route or
+    several, another kind of step, no binding, a ``Take``).  What a fan-out member's
+    tick asks (``join_member_and_refill``): one lookup instead of four.  Each entry is
+    computed when first asked for, from ``routes``, ``steps`` and ``collectors``: a
+    pure function of the config, memoized as ``_Routes`` is."""
+
+    def __init__(
+        self,
+        routes: Mapping[type, tuple[str, ...]],
+        steps: Mapping[str, StepSpec],
+        collectors: Mapping[tuple[str, str, type], BindingSpec | None],
+    ) -> None:
+        super().__init__()
+        self._routes = routes
+        self._steps = steps
+        self._collectors = collectors
+
+    def __missing__(self, key: tuple[str, type]) -> BindingSpec | None:
+        producer, event_type = key
+        routes = self._routes[event_type]
+        found: BindingSpec | None = None
+        if len(routes) == 1 and self._steps[routes[0]].kind == "collect":
+            binding = self._collectors[producer, routes[0], event_type]
+            if binding is not None and binding.take is None:
+                found = binding
+        self[key] = found
+        return found
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """The immutable part of a run's state, computed once per workflow instance.
@@ -154,7 +186,9 @@ class RunConfig:
     ``routes`` maps an event type to the names of the steps that accept it, in
     declaration order (``@catch_error`` handlers excluded); ``collectors`` maps
     ``(producer, target, event type)`` to the binding by which ``target`` collects such
-    members of ``producer``'s streams.  Both are filled on first use.
+    members of ``producer``'s streams; ``member_joins`` (see ``_MemberJoins``) maps
+    ``(producer, event type)`` to the binding of the one ``list[E]`` step such a member
+    goes to.  All three are filled on first use.
     """
 
     workflow_name: str
@@ -167,10 +201,16 @@ class RunConfig:
     collectors: Mapping[tuple[str, str, type], BindingSpec | None] = field(
         init=False, compare=False, repr=False
     )
+    member_joins: Mapping[tuple[str, type], BindingSpec | None] = field(
+        init=False, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "routes", _Routes(self.steps))
         object.__setattr__(self, "collectors", _Collectors(self.bindings_by_producer))
+        object.__setattr__(
+            self, "member_joins", _MemberJoins(self.routes, self.steps, self.collectors)
+        )
 
     @property
     def step_order(self) -> tuple[str, ...]:
