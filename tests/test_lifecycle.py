@@ -448,13 +448,17 @@ class RetryFlow(Workflow):
 
 class DoubleStopFlow(Workflow):
     """Two invocations return a StopEvent, ``winner``'s first; a third step writes to the
-    stream while it is cancelled by the stop.  Events order them, not sleep lengths."""
+    stream while it is cancelled by the stop.  Events order them, not sleep lengths: the
+    winner returns only once the writer and the loser are both inside their bodies (trio
+    may schedule the loser's task after the winner's return, and a body that has not
+    begun when the run stops never begins)."""
 
     def __init__(self, winner: int = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.winner = winner
         self.winner_returning = anyio.Event()
         self.writer_waiting = anyio.Event()
+        self.loser_started = anyio.Event()
         self.writer_unwound = False
         self.loser_returned = False
 
@@ -468,8 +472,10 @@ class DoubleStopFlow(Workflow):
     async def stopper(self, ctx: Context, ev: Middle) -> StopEvent:
         if ev.value == self.winner:
             await self.writer_waiting.wait()
+            await self.loser_started.wait()
             self.winner_returning.set()
         else:
+            self.loser_started.set()
             # Stubborn, so that the loser really returns its StopEvent after the winner.
             await stubborn_wait(self.winner_returning)
             self.loser_returned = True
