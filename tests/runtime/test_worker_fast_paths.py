@@ -11,6 +11,8 @@
 - A step started by the loop's ``_process`` itself (the stream buffered, no reader
   waiting) and one started through ``_run_worker`` (a reader waiting) publish the same
   step states.
+- A fan-out's queued elements publish the same PREPARING states whether ``_process``
+  buffers them itself (one record looked up per batch) or pushes each to the stream.
 """
 
 from __future__ import annotations
@@ -282,3 +284,55 @@ async def test_step_states_are_the_same_whether_a_reader_waits_or_not(
     if anyio_backend == "asyncio":
         assert through_run_worker_late == 0  # the loop started every step itself
     assert started  # some steps started while the reader waited
+
+
+class Fan(Workflow):
+    """A fan-out whose elements queue: one worker slot for five elements."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=n) for n in range(5)]
+
+    @step(num_workers=1)
+    async def work(self, ev: Item) -> Ping:
+        return Ping(n=ev.n)
+
+    @step
+    async def join(self, events: list[Ping]) -> StopEvent:
+        return StopEvent(result=sorted(ev.n for ev in events))
+
+
+def _all_states(events: list[Any]) -> list[tuple[Any, ...]]:
+    return [
+        (ev.name, ev.step_state, ev.worker_id, ev.input_event_name, ev.output_event_name)
+        for ev in events
+        if isinstance(ev, StepStateChanged)
+    ]
+
+
+async def test_queued_fan_out_elements_publish_the_same_preparing_states_either_way(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looked_up: list[str] = []
+    record_of = runner.step_state_record
+
+    def counting(command: Any) -> Any:
+        looked_up.append(command.state)
+        return record_of(command)
+
+    monkeypatch.setattr(runner, "step_state_record", counting)
+    # The loop buffers the records itself (its sink is a bare stream).
+    handler = Fan(timeout=None).run()
+    assert await handler == [0, 1, 2, 3, 4]
+    buffered = [ev async for ev in handler.stream_events(expose_internal=True)]
+    assert looked_up == ["preparing"]  # one look-up for the four queued elements
+    # The loop pushes each record (it takes its sink for something else than a stream).
+    looked_up.clear()
+    monkeypatch.setattr(runner, "EventStream", type("NotTheStream", (), {}))
+    handler = Fan(timeout=None).run()
+    pushed = [ev async for ev in handler.stream_events(expose_internal=True)]
+    assert await handler == [0, 1, 2, 3, 4]
+    assert looked_up == []
+    assert _all_states(pushed) == _all_states(buffered)
+    preparing = [s for s in _all_states(buffered) if s[1].value == "preparing"]
+    assert preparing == [("work", preparing[0][1], "<enqueued>", "Item", None)] * 4

@@ -48,7 +48,15 @@ from tickwork.runtime.control_loop._task_pool import (
     running_asyncio,
 )
 from tickwork.runtime.control_loop.reduce import account_stream_writes, reduce
-from tickwork.runtime.event_stream import AS_IS, EventStream, finished_record, running_record
+from tickwork.runtime.event_stream import (
+    AS_IS,
+    FINISHED_RECORDS,
+    RUNNING_RECORDS,
+    EventStream,
+    finished_record,
+    running_record,
+    step_state_record,
+)
 from tickwork.runtime.types.commands import (
     CancelWorker,
     Command,
@@ -452,23 +460,38 @@ class _Loop:
         else:  # all that ``processed`` does then (see ``LoopAdapter.state``), without its frame
             self.adapter.state = self.state
         handlers = _HANDLERS
+        # The last PREPARING buffered and its record: a fan-out queues its elements with
+        # one shared PREPARING command (per step and event type), repeated.
+        preparing: PublishStepState | None = None
+        prepared: Any = None
         for command in commands:
             if type(command) is PublishStepState:
                 # ``_publish_step_state`` without its frame: every step publishes one.
                 items = self.stream.quiet_items
-                if items is not None and command.state == "not_running":
-                    # What ``sink.push`` does then, without its two frames.
-                    items.append(
-                        finished_record(
+                if items is None:
+                    self.sink.push(command)
+                elif command.state == "not_running":
+                    # What ``sink.push`` does then, without its two frames (and the
+                    # record looked up as ``finished_record`` would, without its own).
+                    try:
+                        record = FINISHED_RECORDS[command.step][command.worker_id][
+                            command.input_type
+                        ][command.output_type][command.has_output]
+                    except KeyError:
+                        record = finished_record(
                             command.step,
                             command.worker_id,
                             command.input_type,
                             command.output_type,
                             command.has_output,
                         )
-                    )
+                    items.append(record)
+                elif command is preparing:  # the same record again, without a lookup
+                    items.append(prepared)
                 else:
-                    self.sink.push(command)
+                    preparing = command
+                    prepared = step_state_record(command)
+                    items.append(prepared)
             elif type(command) is RunWorker:
                 # ``_run_worker`` without its frame (every step starts one), where it
                 # would append the record and start the asyncio task itself.
@@ -483,8 +506,12 @@ class _Loop:
                     self._run_worker(command)
                     continue
                 invocation = command.invocation
-                event_type: Any = type(invocation.event)  # hashable, unlike type[Any] for mypy
-                items.append(running_record(invocation.step, invocation.worker_id, event_type))
+                event_type = type(invocation.event)
+                try:  # running_record() without its frame
+                    record = RUNNING_RECORDS[invocation.step][invocation.worker_id][event_type]
+                except KeyError:
+                    record = running_record(invocation.step, invocation.worker_id, event_type)
+                items.append(record)
                 self.unstarted += 1  # until the worker begins (see ``WorkerLane.unstarted``)
                 key = invocation.invocation_id
                 tasks[key] = self.new_task(
@@ -613,7 +640,7 @@ class _Loop:
         # The command stands for the invocation's RUNNING state in the stream.
         items = self.stream.quiet_items
         if items is not None:  # what ``sink.push`` does then, without its two frames
-            event_type: Any = type(invocation.event)  # hashable, unlike type[Any] for mypy
+            event_type = type(invocation.event)
             items.append(running_record(invocation.step, invocation.worker_id, event_type))
         else:
             self.sink.push(command)
