@@ -11,6 +11,8 @@
 - A step started by the loop's ``_process`` itself (the stream buffered, no reader
   waiting) and one started through ``_run_worker`` (a reader waiting) publish the same
   step states.
+- A worker posts its outcome itself: a ``StepResult`` with every field, once it has
+  left the asyncio pool's task map (so a drain it runs never cancels it).
 - A fan-out's queued elements publish the same PREPARING states whether ``_process``
   buffers them itself (one record looked up per batch) or pushes each to the stream.
 """
@@ -32,6 +34,7 @@ from tickwork.runtime import step_worker
 from tickwork.runtime.control_loop import runner
 from tickwork.runtime.step_scope import CURRENT_SCOPE, StepScope
 from tickwork.runtime.step_worker import StepInvoker
+from tickwork.runtime.types.ticks import StepResult
 
 pytestmark = pytest.mark.anyio
 
@@ -336,3 +339,24 @@ async def test_queued_fan_out_elements_publish_the_same_preparing_states_either_
     assert _all_states(pushed) == _all_states(buffered)
     preparing = [s for s in _all_states(buffered) if s[1].value == "preparing"]
     assert preparing == [("work", preparing[0][1], "<enqueued>", "Item", None)] * 4
+
+
+async def test_a_worker_posts_its_result_once_out_of_the_task_map(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    posted: list[tuple[str, bool, float]] = []
+    post = runner._Loop.post
+
+    def checking(loop: Any, tick: Any) -> None:
+        if type(tick) is StepResult:
+            tasks = loop.worker_tasks
+            gone = tasks is None or tick.invocation_id not in tasks
+            posted.append((tick.step, gone, tick.stamped_at))
+            assert tick.outcome is not None
+        post(loop, tick)
+
+    monkeypatch.setattr(runner._Loop, "post", checking)
+    assert await Fan(timeout=None).run() == [0, 1, 2, 3, 4]
+    assert [step for step, _, _ in posted].count("work") == 5
+    assert all(gone for _, gone, _ in posted)
+    assert all(isinstance(stamp, float) and stamp > 0 for _, _, stamp in posted)

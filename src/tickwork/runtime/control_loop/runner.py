@@ -73,9 +73,7 @@ from tickwork.runtime.types.commands import (
     ScheduleWakeup,
     terminal_event,
 )
-from tickwork.runtime.types.evolve import new_record
-from tickwork.runtime.types.results import StepOutcome
-from tickwork.runtime.types.state import Invocation, RunState
+from tickwork.runtime.types.state import RunState
 from tickwork.runtime.types.ticks import (
     AddEvent,
     IdleCheck,
@@ -236,8 +234,9 @@ class _Loop:
         sink = self.sink
         self.stream: EventStream | _Unbuffered = sink if type(sink) is EventStream else _UNBUFFERED
         self.run_step = adapter.run_step
-        # The asyncio pool's task map, which a reporting worker leaves (``pool.done``
-        # inlined: a call per step); ``None`` under trio, whose workers leave on exit.
+        # The asyncio pool's task map, which a worker leaves as it posts its outcome
+        # (``pool.done`` inlined: a call per step); ``None`` under trio, whose workers
+        # leave on exit (``WorkerLane.worker_tasks``).
         self.worker_tasks = self.pool.tasks if isinstance(self.pool, AsyncioPool) else None
         # How ``_run_worker`` starts an asyncio worker task itself (``AsyncioPool.spawn``
         # inlined): the task class, for as long as the event loop has no task factory
@@ -279,7 +278,7 @@ class _Loop:
             return
         if self.waiting and self.drains_inline and not self.unstarted:
             # Reduce ``tick`` here while the loop task sleeps (see above).
-            timers = len(self.heap)
+            timers = self.heap_seq  # counts the timers scheduled (see ``_push_timer``)
             self.waiting = False
             try:
                 if self.inbox:
@@ -304,7 +303,7 @@ class _Loop:
                 self.crash is not None
                 or self.exit is not None
                 or self.idle_requested
-                or len(self.heap) != timers
+                or self.heap_seq != timers
             ):
                 self.pool.wake()
             return
@@ -660,18 +659,6 @@ class _Loop:
             )
         else:
             self.pool.spawn(invocation.invocation_id, worker, self.spawn_context)
-
-    def report(self, invocation: Invocation, outcome: StepOutcome) -> None:
-        """A worker's outcome (a cancelled worker reports none): post it as a tick."""
-        tasks = self.worker_tasks
-        if tasks is not None:
-            tasks.pop(invocation.invocation_id, None)  # what AsyncioPool.done does
-        tick = new_record(StepResult)  # without a class call: one per step (every field)
-        tick.stamped_at = time.time()
-        tick.step = invocation.step
-        tick.invocation_id = invocation.invocation_id
-        tick.outcome = outcome
-        self.post(tick)
 
     def write(self, event: Any, invocation_id: str | None) -> None:
         """A step writes ``event`` to the stream (from the loop's thread).
