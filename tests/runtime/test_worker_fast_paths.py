@@ -13,6 +13,8 @@
   step states.
 - A worker posts its outcome itself: a ``StepResult`` with every field, once it has
   left the asyncio pool's task map (so a drain it runs never cancels it).
+- Results posted while the loop waits and some dispatched worker has not begun are
+  queued, and wake the loop once per wait, not once each.
 - A fan-out's queued elements publish the same PREPARING states whether ``_process``
   buffers them itself (one record looked up per batch) or pushes each to the stream.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +34,7 @@ from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
 from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import StepStateChanged
 from tickwork.runtime import step_worker
-from tickwork.runtime.control_loop import runner
+from tickwork.runtime.control_loop import _task_pool, runner
 from tickwork.runtime.step_scope import CURRENT_SCOPE, StepScope
 from tickwork.runtime.step_worker import StepInvoker
 from tickwork.runtime.types.ticks import StepResult
@@ -360,3 +363,39 @@ async def test_a_worker_posts_its_result_once_out_of_the_task_map(
     assert [step for step, _, _ in posted].count("work") == 5
     assert all(gone for _, gone, _ in posted)
     assert all(isinstance(stamp, float) and stamp > 0 for _, _, stamp in posted)
+
+
+class WideFan(Workflow):
+    """Eight workers: their results come by the batch while the loop waits."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=n) for n in range(64)]
+
+    @step(num_workers=8)
+    async def work(self, ev: Item) -> Ping:
+        return Ping(n=ev.n)
+
+    @step
+    async def join(self, events: list[Ping]) -> StopEvent:
+        return StopEvent(result=sum(ev.n for ev in events))
+
+
+async def test_a_batch_of_queued_results_wakes_the_waiting_loop_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counts = {"wake": 0, "wait": 0}
+    for pool in (_task_pool.AsyncioPool, _task_pool.TrioPool):
+        for name in counts:
+            real = getattr(pool, name)
+
+            def wrapper(self: Any, *args: Any, _name: str = name, _real: Any = real) -> Any:
+                if _name == "wait" or sys._getframe(1).f_code.co_name == "post":
+                    counts[_name] += 1  # waits, and the wake-ups posts ask for
+                return _real(self, *args)
+
+            monkeypatch.setattr(pool, name, wrapper)
+    assert await WideFan(timeout=None).run() == sum(range(64))
+    assert counts["wait"] >= 1
+    # At most one wake-up per wait from the posted results, and one as the run ends.
+    assert counts["wake"] <= counts["wait"] + 1, counts

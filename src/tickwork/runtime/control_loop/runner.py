@@ -208,6 +208,9 @@ class _Loop:
         # 64-slot block per run.
         self.inbox: list[Tick] = _NO_TICKS
         self.waiting = False
+        # Whether a post woke the loop since it began waiting (``post``): further wake
+        # calls would do nothing until it waits again.
+        self.woken = False
         self.crash: Exception | None = None
         # Whether a tick posted while the loop waits is reduced by the posting task: not
         # in a durable run (it must commit first), nor after a crash.
@@ -307,8 +310,12 @@ class _Loop:
             ):
                 self.pool.wake()
             return
-        self._queue(tick)
-        if self.waiting:
+        # ``_queue(tick)`` without its frame: a fan-out's workers post here by the batch.
+        if self.inbox is _NO_TICKS:
+            self.inbox = []
+        self.inbox.append(tick)
+        if self.waiting and not self.woken:
+            self.woken = True  # one wake-up per wait: a batch of posts wakes it once
             self.pool.wake()
 
     def _queue(self, tick: Tick) -> None:
@@ -411,6 +418,7 @@ class _Loop:
                     self._take_idle_check()
                 elif not self._input_ready():
                     self.waiting = True
+                    self.woken = False
                     try:
                         wait: Any = self.pool.wait(self._wait_limit())
                         if getattr(wait, "_asyncio_future_blocking", None) is None:
