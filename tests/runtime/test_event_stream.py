@@ -11,7 +11,16 @@ import pytest
 
 from tickwork import Event, StopEvent
 from tickwork.events import StepState, StepStateChanged
-from tickwork.runtime.event_stream import EventStream, materialize, step_state_record
+from tickwork.runtime import event_stream
+from tickwork.runtime.event_stream import (
+    FINISHED_RECORDS,
+    RUNNING_RECORDS,
+    EventStream,
+    finished_record,
+    materialize,
+    running_record,
+    step_state_record,
+)
 from tickwork.runtime.types.commands import PublishStepState, RunWorker
 from tickwork.runtime.types.state import Invocation, WorkItem
 
@@ -88,6 +97,40 @@ def test_equal_step_state_changes_share_one_record() -> None:
     assert running_a is running_b and done_a is done_b  # a pointer per change, no new tuple
     assert other_slot is not running_a and materialize(other_slot).worker_id == "5"
     assert materialize(running_b) == materialize(first)
+
+
+def test_the_record_tables_give_what_the_functions_build() -> None:
+    """The loop reads the RUNNING and NOT_RUNNING records from the tables itself (one
+    subscript per field); the functions fill them, and both give the same record."""
+    RUNNING_RECORDS.clear()
+    FINISHED_RECORDS.clear()
+    running = running_record("echo", 3, Ping)
+    assert running == (event_stream._RECORD, "running", "echo", "3", "Ping", None)
+    assert RUNNING_RECORDS["echo"][3][Ping] is running is running_record("echo", 3, Ping)
+    with_output = finished_record("echo", "3", Ping, Pong, True)
+    without = finished_record("echo", "3", Ping, Pong, False)
+    assert with_output[-1] == str(Pong) and without[-1] is None
+    assert with_output[:-1] == without[:-1]
+    assert FINISHED_RECORDS["echo"]["3"][Ping][Pong][True] is with_output
+    assert FINISHED_RECORDS["echo"]["3"][Ping][Pong][False] is without
+    assert finished_record("echo", "3", Ping, None, False) is not without  # no output class
+    assert materialize(with_output) == materialize(
+        PublishStepState("echo", "not_running", "3", Ping, Pong, True, Pong())
+    )
+
+
+def test_the_record_tables_are_bounded() -> None:
+    """Event classes made on the fly do not stay alive through the tables."""
+    RUNNING_RECORDS.clear()
+    FINISHED_RECORDS.clear()
+    event_stream._remembered = 0
+    classes = [type(f"E{n}", (Ping,), {}) for n in range(event_stream._MAX_RECORDS + 10)]
+    for cls in classes:
+        running_record("echo", 0, cls)
+        finished_record("echo", "0", cls, None, False)
+    held = len(RUNNING_RECORDS["echo"][0]) + len(FINISHED_RECORDS["echo"]["0"])
+    assert held <= event_stream._MAX_RECORDS
+    assert running_record("echo", 0, classes[-1]) == running_record("echo", 0, classes[-1])
 
 
 @pytest.mark.anyio

@@ -14,6 +14,7 @@ import pytest
 import tickwork.runtime.control_loop.runner as runner
 import tickwork.runtime.step_worker as step_worker
 from tickwork import Event, StartEvent, StopEvent, Workflow, step
+from tickwork.runtime.step_scope import StepScope
 from tickwork.runtime.types.ticks import StepResult
 
 pytestmark = pytest.mark.anyio
@@ -40,8 +41,10 @@ class Boom(RuntimeError):
 async def test_a_bug_in_the_worker_machinery_fails_the_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def broken_scope(*args: Any) -> Any:
-        raise Boom("the step scope could not be built")
+    def broken_scope(cls: type) -> Any:
+        if cls is StepScope:
+            raise Boom("the step scope could not be built")
+        return object.__new__(cls)  # the worker's other records (its outcome, its tick)
 
     # The worker builds its step scope with ``new_record`` (``open_scope`` inlined).
     monkeypatch.setattr(step_worker, "new_record", broken_scope)

@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
+from tickwork.runtime import step_worker
 from tickwork.runtime.control_loop import runner
 
 WRITES = 40
@@ -93,15 +94,21 @@ class _Clock:
         return getattr(time, name)
 
 
+def _use_clock(monkeypatch: pytest.MonkeyPatch, clock: _Clock) -> None:
+    """Make ``clock`` the runner's, and the step worker's (it stamps step results)."""
+    monkeypatch.setattr(runner, "time", clock)
+    monkeypatch.setattr(step_worker, "_now", clock.time)
+
+
 @pytest.mark.anyio
 async def test_batched_writes_accrue_alive_time_as_ticks_do(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With the same stamps (including stamps that go back), a batch accrues exactly the
     alive time and last stamp that reducing each write gives."""
-    monkeypatch.setattr(runner, "time", _Clock())
+    _use_clock(monkeypatch, _Clock())
     batched = await _observe(journal=False)
-    monkeypatch.setattr(runner, "time", _Clock())
+    _use_clock(monkeypatch, _Clock())
     reference = await _observe(journal=True)
     assert batched[1] == reference[1]
     assert batched[2] == reference[2]

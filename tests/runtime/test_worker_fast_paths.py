@@ -11,12 +11,19 @@
 - A step started by the loop's ``_process`` itself (the stream buffered, no reader
   waiting) and one started through ``_run_worker`` (a reader waiting) publish the same
   step states.
+- A worker posts its outcome itself: a ``StepResult`` with every field, once it has
+  left the asyncio pool's task map (so a drain it runs never cancels it).
+- Results posted while the loop waits and some dispatched worker has not begun are
+  queued, and wake the loop once per wait, not once each.
+- A fan-out's queued elements publish the same PREPARING states whether ``_process``
+  buffers them itself (one record looked up per batch) or pushes each to the stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -27,9 +34,10 @@ from tickwork import Context, Event, StartEvent, StopEvent, Workflow, step
 from tickwork.errors import WorkflowRuntimeError
 from tickwork.events import StepStateChanged
 from tickwork.runtime import step_worker
-from tickwork.runtime.control_loop import runner
+from tickwork.runtime.control_loop import _task_pool, runner
 from tickwork.runtime.step_scope import CURRENT_SCOPE, StepScope
 from tickwork.runtime.step_worker import StepInvoker
+from tickwork.runtime.types.ticks import StepResult
 
 pytestmark = pytest.mark.anyio
 
@@ -282,3 +290,112 @@ async def test_step_states_are_the_same_whether_a_reader_waits_or_not(
     if anyio_backend == "asyncio":
         assert through_run_worker_late == 0  # the loop started every step itself
     assert started  # some steps started while the reader waited
+
+
+class Fan(Workflow):
+    """A fan-out whose elements queue: one worker slot for five elements."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=n) for n in range(5)]
+
+    @step(num_workers=1)
+    async def work(self, ev: Item) -> Ping:
+        return Ping(n=ev.n)
+
+    @step
+    async def join(self, events: list[Ping]) -> StopEvent:
+        return StopEvent(result=sorted(ev.n for ev in events))
+
+
+def _all_states(events: list[Any]) -> list[tuple[Any, ...]]:
+    return [
+        (ev.name, ev.step_state, ev.worker_id, ev.input_event_name, ev.output_event_name)
+        for ev in events
+        if isinstance(ev, StepStateChanged)
+    ]
+
+
+async def test_queued_fan_out_elements_publish_the_same_preparing_states_either_way(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looked_up: list[str] = []
+    record_of = runner.step_state_record
+
+    def counting(command: Any) -> Any:
+        looked_up.append(command.state)
+        return record_of(command)
+
+    monkeypatch.setattr(runner, "step_state_record", counting)
+    # The loop buffers the records itself (its sink is a bare stream).
+    handler = Fan(timeout=None).run()
+    assert await handler == [0, 1, 2, 3, 4]
+    buffered = [ev async for ev in handler.stream_events(expose_internal=True)]
+    assert looked_up == ["preparing"]  # one look-up for the four queued elements
+    # The loop pushes each record (it takes its sink for something else than a stream).
+    looked_up.clear()
+    monkeypatch.setattr(runner, "EventStream", type("NotTheStream", (), {}))
+    handler = Fan(timeout=None).run()
+    pushed = [ev async for ev in handler.stream_events(expose_internal=True)]
+    assert await handler == [0, 1, 2, 3, 4]
+    assert looked_up == []
+    assert _all_states(pushed) == _all_states(buffered)
+    preparing = [s for s in _all_states(buffered) if s[1].value == "preparing"]
+    assert preparing == [("work", preparing[0][1], "<enqueued>", "Item", None)] * 4
+
+
+async def test_a_worker_posts_its_result_once_out_of_the_task_map(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    posted: list[tuple[str, bool, float]] = []
+    post = runner._Loop.post
+
+    def checking(loop: Any, tick: Any) -> None:
+        if type(tick) is StepResult:
+            tasks = loop.worker_tasks
+            gone = tasks is None or tick.invocation_id not in tasks
+            posted.append((tick.step, gone, tick.stamped_at))
+            assert tick.outcome is not None
+        post(loop, tick)
+
+    monkeypatch.setattr(runner._Loop, "post", checking)
+    assert await Fan(timeout=None).run() == [0, 1, 2, 3, 4]
+    assert [step for step, _, _ in posted].count("work") == 5
+    assert all(gone for _, gone, _ in posted)
+    assert all(isinstance(stamp, float) and stamp > 0 for _, _, stamp in posted)
+
+
+class WideFan(Workflow):
+    """Eight workers: their results come by the batch while the loop waits."""
+
+    @step
+    async def split(self, ev: StartEvent) -> list[Item]:
+        return [Item(n=n) for n in range(64)]
+
+    @step(num_workers=8)
+    async def work(self, ev: Item) -> Ping:
+        return Ping(n=ev.n)
+
+    @step
+    async def join(self, events: list[Ping]) -> StopEvent:
+        return StopEvent(result=sum(ev.n for ev in events))
+
+
+async def test_a_batch_of_queued_results_wakes_the_waiting_loop_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counts = {"wake": 0, "wait": 0}
+    for pool in (_task_pool.AsyncioPool, _task_pool.TrioPool):
+        for name in counts:
+            real = getattr(pool, name)
+
+            def wrapper(self: Any, *args: Any, _name: str = name, _real: Any = real) -> Any:
+                if _name == "wait" or sys._getframe(1).f_code.co_name == "post":
+                    counts[_name] += 1  # waits, and the wake-ups posts ask for
+                return _real(self, *args)
+
+            monkeypatch.setattr(pool, name, wrapper)
+    assert await WideFan(timeout=None).run() == sum(range(64))
+    assert counts["wait"] >= 1
+    # At most one wake-up per wait from the posted results, and one as the run ends.
+    assert counts["wake"] <= counts["wait"] + 1, counts

@@ -59,22 +59,67 @@ StepStateRecord = tuple[Any, str, str, str, str, "str | None"]
 # tuple.  An unread stream then holds a pointer per change instead of a new tuple, and
 # publishing allocates nothing the garbage collector has to look at.  Bounded caches:
 # keys hold event classes, which must stay collectable when a program makes many.
-@lru_cache(maxsize=4096)
+#
+# The RUNNING and NOT_RUNNING records are kept in nested plain dicts, one level per
+# field, which the loop subscripts itself (``RUNNING_RECORDS[step][slot][cls]``,
+# ``FINISHED_RECORDS[step][worker_id][input][output][has_output]``, the function on a
+# ``KeyError``): every step execution reads one of each, and a subscript per field
+# costs about half of an ``lru_cache`` call (its key tuple, its hash and its frame).
+
+RUNNING_RECORDS: dict[str, dict[int, dict[type, StepStateRecord]]] = {}
+"""Step -> worker slot -> event class -> the RUNNING record (``running_record``)."""
+
+FINISHED_RECORDS: dict[
+    str, dict[str, dict[type, dict[Any, tuple[StepStateRecord, StepStateRecord]]]]
+] = {}
+"""Step -> worker id -> input class -> output class -> the NOT_RUNNING records without
+and with an output, indexed by ``has_output`` (``finished_record``)."""
+
+_MAX_RECORDS = 4096
+_remembered = 0  # entries added to the two tables since they were last cleared
+
+
+def _room_for_one() -> None:
+    """Count one more remembered entry, forgetting every entry at the bound."""
+    global _remembered
+    if _remembered >= _MAX_RECORDS:
+        RUNNING_RECORDS.clear()
+        FINISHED_RECORDS.clear()
+        _remembered = 0
+    _remembered += 1
+
+
 def running_record(step: str, worker_id: int, event_type: type) -> StepStateRecord:
     """The record of ``step`` starting in slot ``worker_id`` on an event of ``event_type``
     (a ``RunWorker``'s, called by the loop without ``push``'s frames)."""
-    return (_RECORD, "running", step, WORKER_NAMES[worker_id], event_type.__name__, None)
+    try:
+        return RUNNING_RECORDS[step][worker_id][event_type]
+    except KeyError:
+        pass
+    _room_for_one()
+    record = (_RECORD, "running", step, WORKER_NAMES[worker_id], event_type.__name__, None)
+    RUNNING_RECORDS.setdefault(step, {}).setdefault(worker_id, {})[event_type] = record
+    return record
 
 
-@lru_cache(maxsize=4096)
 def finished_record(
     step: str, worker_id: str, input_type: type, output_type: type | None, has_output: bool
 ) -> StepStateRecord:
     """The record of a ``PublishStepState`` of state ``not_running`` with these fields
     (called by the loop without ``push``'s frames)."""
+    try:
+        return FINISHED_RECORDS[step][worker_id][input_type][output_type][has_output]
+    except KeyError:
+        pass
+    _room_for_one()
     # NOT_RUNNING names its input and output types as ``str(cls)``.
-    output = str(output_type) if has_output else None
-    return (_RECORD, "not_running", step, worker_id, str(input_type), output)
+    pair = (
+        (_RECORD, "not_running", step, worker_id, str(input_type), None),
+        (_RECORD, "not_running", step, worker_id, str(input_type), str(output_type)),
+    )
+    by_input = FINISHED_RECORDS.setdefault(step, {}).setdefault(worker_id, {})
+    by_input.setdefault(input_type, {})[output_type] = pair
+    return pair[has_output]
 
 
 @lru_cache(maxsize=4096)
@@ -85,8 +130,7 @@ def _preparing(step: str, worker_id: str, input_type: type) -> StepStateRecord:
 def _running_record(command: RunWorker) -> StepStateRecord:
     invocation = command.invocation
     event_type = type(invocation.event)
-    # A class is hashable; the lru_cache stub asks for Hashable, which type[Any] is not.
-    return running_record(invocation.step, invocation.worker_id, event_type)  # type: ignore[arg-type]
+    return running_record(invocation.step, invocation.worker_id, event_type)
 
 
 def _state_record(command: PublishStepState) -> StepStateRecord:

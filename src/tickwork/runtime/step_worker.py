@@ -30,8 +30,14 @@ from tickwork.runtime.types.evolve import new_record
 from tickwork.runtime.types.kinds import IS_EVENT
 from tickwork.runtime.types.results import Completed, Failed, StepOutcome, Suspended
 from tickwork.runtime.types.state import Invocation, RunConfig, StepSpec
+from tickwork.runtime.types.ticks import StepResult
 
 __all__ = ["WorkerHost", "StepInvoker", "StepInvokers", "check_return_value", "execute_invocation"]
+
+# Read once per step: module globals spare the attribute lookups (and a bound method).
+_now = time.time
+_weak = weakref.ref
+_set_scope = CURRENT_SCOPE.set
 
 
 class WorkerHost(ScopeHost, Protocol):
@@ -308,8 +314,8 @@ def _failure(
 
 
 async def execute_invocation(session: WorkerHost, invocation: Invocation, lane: WorkerLane) -> None:
-    """Run one invocation and hand its outcome to ``lane.report``.  Only cancellation
-    propagates.
+    """Run one invocation and post its outcome to ``lane`` (a ``StepResult`` tick).  Only
+    cancellation propagates.
 
     It takes itself off ``lane.unstarted`` first, before anything can suspend: the loop
     waits for every dispatched worker to start before it reduces a result.
@@ -344,7 +350,7 @@ async def execute_invocation(session: WorkerHost, invocation: Invocation, lane: 
         span = session.step_span(invocation) if session.run_span is not None else None
         try:
             if invoker.direct:
-                CURRENT_SCOPE.set(weakref.ref(scope))
+                _set_scope(_weak(scope))
                 if invoker.positional == EVENT_ONLY:  # the simplest body: no frame more
                     value = await invoker.fn(invocation.event)
                 else:
@@ -388,10 +394,21 @@ async def execute_invocation(session: WorkerHost, invocation: Invocation, lane: 
             scope.face = None
     except Exception as error:
         outcome = Failed(error, None, time.time())
-    lane.report(invocation, outcome)
+    # The outcome posted as a tick, here rather than by a method of the loop (one frame
+    # less per step): the worker leaves the asyncio pool's task map first (what
+    # ``AsyncioPool.done`` does; ``None`` under trio, whose workers leave on exit).
+    tasks = lane.worker_tasks
+    if tasks is not None:
+        tasks.pop(invocation.invocation_id, None)
+    tick = new_record(StepResult)  # without a class call: one per step (every field)
+    tick.stamped_at = _now()
+    tick.step = invocation.step
+    tick.invocation_id = invocation.invocation_id
+    tick.outcome = outcome
+    lane.post(tick)
     # A failure's traceback holds this frame: drop the outcome (which holds the
     # exception) so that the two do not keep each other alive for the GC to find.
-    del outcome
+    del outcome, tick
 
 
 _MAX_EVENT_RETURNS = 64

@@ -17,7 +17,6 @@ from tickwork.runtime.types.commands import (
     ScheduleWaiterTimeout,
     ScheduleWakeup,
 )
-from tickwork.runtime.types.results import StepOutcome
 from tickwork.runtime.types.state import Invocation, RunState
 from tickwork.runtime.types.ticks import Tick
 
@@ -58,11 +57,13 @@ class WorkerLane(Protocol):
     """How many dispatched workers have not begun: a worker takes itself off first
     thing, before its step body (``lane.unstarted -= 1``: a write, not a call, per step)."""
 
-    def post(self, tick: Tick) -> None:
-        """Feed a tick into the run (a step's send, a stream write handed over)."""
+    worker_tasks: dict[str, Any] | None
+    """Invocation id -> its worker task, which a worker leaves as it posts its outcome
+    (``None`` where workers leave on their own)."""
 
-    def report(self, invocation: Invocation, outcome: StepOutcome) -> None:
-        """The invocation's outcome (a cancelled worker reports none)."""
+    def post(self, tick: Tick) -> None:
+        """Feed a tick into the run (a step's send, a stream write handed over, a
+        worker's outcome as a ``StepResult``; a cancelled worker posts none)."""
 
 
 RunStep = Callable[[Any, Invocation, WorkerLane], Coroutine[Any, Any, None]]
@@ -121,7 +122,8 @@ class LoopAdapter(Protocol):
     @property
     def run_step(self) -> RunStep:
         """``run_step(adapter, invocation, lane)``: a coroutine executing one invocation,
-        ending with ``lane.report(invocation, outcome)``.
+        ending with posting its outcome to ``lane`` as a ``StepResult`` tick, once out of
+        ``lane.worker_tasks``.
 
         A plain function of the adapter (read from it once per run), not a method: the loop
         calls it per invocation without a bound method's frame.  It takes one off

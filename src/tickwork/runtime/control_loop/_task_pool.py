@@ -81,8 +81,9 @@ def _plain_task_factory(loop: Any) -> bool:
 class AsyncioPool(TaskPool, dict[str, Any]):
     """Plain asyncio tasks and a future per wait.
 
-    The pool is its own task map (worker key -> its task, until it reports, when the
-    loop pops it, or is cancelled): one object per live run rather than two.
+    The pool is its own task map (worker key -> its task, until the worker posts its
+    outcome, when it pops itself, or is cancelled): one object per live run rather than
+    two.
     """
 
     __slots__ = ("_loop", "_task", "_waiter")

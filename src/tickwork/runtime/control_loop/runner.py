@@ -48,7 +48,15 @@ from tickwork.runtime.control_loop._task_pool import (
     running_asyncio,
 )
 from tickwork.runtime.control_loop.reduce import account_stream_writes, reduce
-from tickwork.runtime.event_stream import AS_IS, EventStream, finished_record, running_record
+from tickwork.runtime.event_stream import (
+    AS_IS,
+    FINISHED_RECORDS,
+    RUNNING_RECORDS,
+    EventStream,
+    finished_record,
+    running_record,
+    step_state_record,
+)
 from tickwork.runtime.types.commands import (
     CancelWorker,
     Command,
@@ -65,9 +73,7 @@ from tickwork.runtime.types.commands import (
     ScheduleWakeup,
     terminal_event,
 )
-from tickwork.runtime.types.evolve import new_record
-from tickwork.runtime.types.results import StepOutcome
-from tickwork.runtime.types.state import Invocation, RunState
+from tickwork.runtime.types.state import RunState
 from tickwork.runtime.types.ticks import (
     AddEvent,
     IdleCheck,
@@ -202,6 +208,9 @@ class _Loop:
         # 64-slot block per run.
         self.inbox: list[Tick] = _NO_TICKS
         self.waiting = False
+        # Whether a post woke the loop since it began waiting (``post``): further wake
+        # calls would do nothing until it waits again.
+        self.woken = False
         self.crash: Exception | None = None
         # Whether a tick posted while the loop waits is reduced by the posting task: not
         # in a durable run (it must commit first), nor after a crash.
@@ -228,8 +237,9 @@ class _Loop:
         sink = self.sink
         self.stream: EventStream | _Unbuffered = sink if type(sink) is EventStream else _UNBUFFERED
         self.run_step = adapter.run_step
-        # The asyncio pool's task map, which a reporting worker leaves (``pool.done``
-        # inlined: a call per step); ``None`` under trio, whose workers leave on exit.
+        # The asyncio pool's task map, which a worker leaves as it posts its outcome
+        # (``pool.done`` inlined: a call per step); ``None`` under trio, whose workers
+        # leave on exit (``WorkerLane.worker_tasks``).
         self.worker_tasks = self.pool.tasks if isinstance(self.pool, AsyncioPool) else None
         # How ``_run_worker`` starts an asyncio worker task itself (``AsyncioPool.spawn``
         # inlined): the task class, for as long as the event loop has no task factory
@@ -271,7 +281,7 @@ class _Loop:
             return
         if self.waiting and self.drains_inline and not self.unstarted:
             # Reduce ``tick`` here while the loop task sleeps (see above).
-            timers = len(self.heap)
+            timers = self.heap_seq  # counts the timers scheduled (see ``_push_timer``)
             self.waiting = False
             try:
                 if self.inbox:
@@ -296,12 +306,16 @@ class _Loop:
                 self.crash is not None
                 or self.exit is not None
                 or self.idle_requested
-                or len(self.heap) != timers
+                or self.heap_seq != timers
             ):
                 self.pool.wake()
             return
-        self._queue(tick)
-        if self.waiting:
+        # ``_queue(tick)`` without its frame: a fan-out's workers post here by the batch.
+        if self.inbox is _NO_TICKS:
+            self.inbox = []
+        self.inbox.append(tick)
+        if self.waiting and not self.woken:
+            self.woken = True  # one wake-up per wait: a batch of posts wakes it once
             self.pool.wake()
 
     def _queue(self, tick: Tick) -> None:
@@ -404,6 +418,7 @@ class _Loop:
                     self._take_idle_check()
                 elif not self._input_ready():
                     self.waiting = True
+                    self.woken = False
                     try:
                         wait: Any = self.pool.wait(self._wait_limit())
                         if getattr(wait, "_asyncio_future_blocking", None) is None:
@@ -452,23 +467,38 @@ class _Loop:
         else:  # all that ``processed`` does then (see ``LoopAdapter.state``), without its frame
             self.adapter.state = self.state
         handlers = _HANDLERS
+        # The last PREPARING buffered and its record: a fan-out queues its elements with
+        # one shared PREPARING command (per step and event type), repeated.
+        preparing: PublishStepState | None = None
+        prepared: Any = None
         for command in commands:
             if type(command) is PublishStepState:
                 # ``_publish_step_state`` without its frame: every step publishes one.
                 items = self.stream.quiet_items
-                if items is not None and command.state == "not_running":
-                    # What ``sink.push`` does then, without its two frames.
-                    items.append(
-                        finished_record(
+                if items is None:
+                    self.sink.push(command)
+                elif command.state == "not_running":
+                    # What ``sink.push`` does then, without its two frames (and the
+                    # record looked up as ``finished_record`` would, without its own).
+                    try:
+                        record = FINISHED_RECORDS[command.step][command.worker_id][
+                            command.input_type
+                        ][command.output_type][command.has_output]
+                    except KeyError:
+                        record = finished_record(
                             command.step,
                             command.worker_id,
                             command.input_type,
                             command.output_type,
                             command.has_output,
                         )
-                    )
+                    items.append(record)
+                elif command is preparing:  # the same record again, without a lookup
+                    items.append(prepared)
                 else:
-                    self.sink.push(command)
+                    preparing = command
+                    prepared = step_state_record(command)
+                    items.append(prepared)
             elif type(command) is RunWorker:
                 # ``_run_worker`` without its frame (every step starts one), where it
                 # would append the record and start the asyncio task itself.
@@ -483,8 +513,12 @@ class _Loop:
                     self._run_worker(command)
                     continue
                 invocation = command.invocation
-                event_type: Any = type(invocation.event)  # hashable, unlike type[Any] for mypy
-                items.append(running_record(invocation.step, invocation.worker_id, event_type))
+                event_type = type(invocation.event)
+                try:  # running_record() without its frame
+                    record = RUNNING_RECORDS[invocation.step][invocation.worker_id][event_type]
+                except KeyError:
+                    record = running_record(invocation.step, invocation.worker_id, event_type)
+                items.append(record)
                 self.unstarted += 1  # until the worker begins (see ``WorkerLane.unstarted``)
                 key = invocation.invocation_id
                 tasks[key] = self.new_task(
@@ -613,7 +647,7 @@ class _Loop:
         # The command stands for the invocation's RUNNING state in the stream.
         items = self.stream.quiet_items
         if items is not None:  # what ``sink.push`` does then, without its two frames
-            event_type: Any = type(invocation.event)  # hashable, unlike type[Any] for mypy
+            event_type = type(invocation.event)
             items.append(running_record(invocation.step, invocation.worker_id, event_type))
         else:
             self.sink.push(command)
@@ -633,18 +667,6 @@ class _Loop:
             )
         else:
             self.pool.spawn(invocation.invocation_id, worker, self.spawn_context)
-
-    def report(self, invocation: Invocation, outcome: StepOutcome) -> None:
-        """A worker's outcome (a cancelled worker reports none): post it as a tick."""
-        tasks = self.worker_tasks
-        if tasks is not None:
-            tasks.pop(invocation.invocation_id, None)  # what AsyncioPool.done does
-        tick = new_record(StepResult)  # without a class call: one per step (every field)
-        tick.stamped_at = time.time()
-        tick.step = invocation.step
-        tick.invocation_id = invocation.invocation_id
-        tick.outcome = outcome
-        self.post(tick)
 
     def write(self, event: Any, invocation_id: str | None) -> None:
         """A step writes ``event`` to the stream (from the loop's thread).
