@@ -97,7 +97,7 @@ class _Clock:
 def _use_clock(monkeypatch: pytest.MonkeyPatch, clock: _Clock) -> None:
     """Make ``clock`` the runner's, and the step worker's (it stamps step results)."""
     monkeypatch.setattr(runner, "time", clock)
-    monkeypatch.setattr(step_worker, "_now", clock.time)
+    monkeypatch.setattr(step_worker, "time", clock)
 
 
 @pytest.mark.anyio

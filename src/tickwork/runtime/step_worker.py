@@ -35,7 +35,8 @@ from tickwork.runtime.types.ticks import StepResult
 __all__ = ["WorkerHost", "StepInvoker", "StepInvokers", "check_return_value", "execute_invocation"]
 
 # Read once per step: module globals spare the attribute lookups (and a bound method).
-_now = time.time
+# The clock stays ``time.time()``, read through the module: a patched ``time.time``
+# (a test's skewed clock, freezegun) must stamp step results too.
 _weak = weakref.ref
 _set_scope = CURRENT_SCOPE.set
 
@@ -401,7 +402,7 @@ async def execute_invocation(session: WorkerHost, invocation: Invocation, lane: 
     if tasks is not None:
         tasks.pop(invocation.invocation_id, None)
     tick = new_record(StepResult)  # without a class call: one per step (every field)
-    tick.stamped_at = _now()
+    tick.stamped_at = time.time()
     tick.step = invocation.step
     tick.invocation_id = invocation.invocation_id
     tick.outcome = outcome
