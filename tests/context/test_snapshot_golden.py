@@ -61,7 +61,7 @@ def _event(number: int) -> Event:
     if kind == 0:
         return Ping(number=number)
     if kind == 1:
-        return Ping(number=number, label=f"é{number} \"q\"", flag=number % 3 == 0)
+        return Ping(number=number, label=f'é{number} "q"', flag=number % 3 == 0)
     if kind == 2:
         return Weighed(number=number, weight=number / 7)
     return Ping(number=number, extra={"k": [number, None]})  # a dynamic field
