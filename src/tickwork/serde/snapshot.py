@@ -176,8 +176,11 @@ class _Encoder:
         text: str = self.serialize(event)
         return text
 
-    def _release_text(self, event: CollectionReleaseEvent) -> str | None:
-        """The text of a join's release event, spliced from its members' cached texts.
+    def _release_text(
+        self, event: CollectionReleaseEvent, texts: list[str | None] | None = None
+    ) -> str | None:
+        """The text of a join's release event, spliced from its members' cached texts
+        (``texts``, when the caller has them: ``self.events(event.events)``).
 
         A release event carries the whole batch, whose members the snapshot has already
         serialized one by one (they sat in the join buffer): the JSON serializer writes
@@ -188,7 +191,9 @@ class _Encoder:
         empty = self.serialize(event.model_copy(update={"events": []}))
         if not empty.startswith(_RELEASE_PREFIX):
             return None
-        members = ", ".join([text or "null" for text in self.events(event.events)])
+        if texts is None:
+            texts = self.events(event.events)
+        members = ", ".join([text or "null" for text in texts])
         start = len(_RELEASE_PREFIX) - 1  # keeps the "]" of the empty list
         return _RELEASE_PREFIX[:-1] + members + empty[start:]
 
@@ -224,11 +229,39 @@ class _Encoder:
         encoded: dict[str, Any] = hit[1]
         return encoded
 
-    def item(self, item: WorkItem) -> dict[str, Any]:
-        """The encoding of a work item (queued, running or parked)."""
+    def release_item(self, item: WorkItem) -> dict[str, Any]:
+        """The encoding of a join's work item: its batch's texts are looked up once, for
+        the release event's text (when it is not cached) and for its payload."""
+        event: CollectionReleaseEvent = item.event
+        texts = self.events(event.events)
+        self.touched += 1  # event() inline, for the release event with its members' texts
+        key = id(event)
+        hit = self.old_values.get(key)
+        if hit is None or hit[0] is not event:
+            text = self._release_text(event, texts) if self.splice else None
+            hit = (event, self.serialize(event) if text is None else text)
+        self.values[key] = hit
+        payload = {
+            "binding_id": event.binding_id,
+            "stream_id": event.stream_id,
+            "events": texts,
+            "output_scope_path": list(item.scope_path),
+        }
+        return self.item(item, hit[1], payload)
+
+    def item(
+        self,
+        item: WorkItem,
+        text: str | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The encoding of a work item (queued, running or parked); a join's item goes to
+        ``release_item``, which gives its event's ``text`` and its batch's ``payload``."""
         event, bound, error = item.event, item.bound_events, item.last_exception
+        if payload is None and type(event) is CollectionReleaseEvent:
+            return self.release_item(item)
         return {
-            "event": self.event(event),
+            "event": self.event(event) if payload is None else text,
             "bound_events": None if bound is None else {k: self.event(v) for k, v in bound.items()},
             "attempts": item.attempts,
             "first_attempt_at": item.first_attempt_at,
@@ -237,9 +270,7 @@ class _Encoder:
             "recovery_counts": dict(item.recovery_counts) if item.recovery_counts else {},
             "not_before": item.not_before,
             "scope_path": list(item.scope_path),
-            "collection_release_payload": (
-                self.release_payload(item) if type(event) is CollectionReleaseEvent else None
-            ),
+            "collection_release_payload": payload,
             "work_item_id": item.work_item_id,
         }
 
@@ -280,7 +311,7 @@ class _Encoder:
             encoded_item: dict[str, Any] = hit[1]
         else:
             encoded_item = self.cached_item(item)
-        view, received = inv.collect_view, inv.received
+        view, received, inv_id = inv.collect_view, inv.received, inv.invocation_id
         if view is EMPTY_MAPPING or not view:
             collected: dict[str, Any] = {}
             generations: dict[str, int] = {}
@@ -289,7 +320,7 @@ class _Encoder:
             generations = {bid: buf.generation for bid, buf in view.items()}
         encoded = encoded_item.copy()  # a C clone of the item's table, then its keys
         encoded["worker_id"] = inv.worker_id
-        encoded["invocation_id"] = inv_id = inv.invocation_id
+        encoded["invocation_id"] = inv_id
         encoded["received"] = [] if received is NO_SENDS else list(received)
         encoded["collected_events"] = collected
         encoded["collect_generations"] = generations
