@@ -50,6 +50,10 @@ class Ping(Event):
     flag: bool | None = None
 
 
+class Tally(Event):
+    number: int
+
+
 class Weighed(Event):
     number: int
     weight: float = 0.5  # not a plain field: written by pydantic
@@ -57,9 +61,11 @@ class Weighed(Event):
 
 def _event(number: int) -> Event:
     """An event of one of the kinds snapshots write differently."""
-    kind = number % 4
+    kind = number % 5
     if kind == 0:
         return Ping(number=number)
+    if kind == 4:
+        return Tally(number=number)
     if kind == 1:
         return Ping(number=number, label=f'é{number} "q"', flag=number % 3 == 0)
     if kind == 2:
@@ -69,7 +75,7 @@ def _event(number: int) -> Event:
 
 CONFIG = RunConfig(
     workflow_name="golden",
-    steps={"a": StepSpec("a", (Ping, Weighed)), "join": StepSpec("join", (Ping,))},
+    steps={"a": StepSpec("a", (Ping, Tally, Weighed)), "join": StepSpec("join", (Ping,))},
 )
 IDLE_STEP = StepRunState()
 

@@ -30,7 +30,7 @@ from tickwork.runtime.types.state import (
     Waiter,
     WorkItem,
 )
-from tickwork.serde.plain_text import plain_text
+from tickwork.serde.plain_text import plain_writer
 from tickwork.serde.requirements import encode_requirements
 from tickwork.serde.serializers import (
     MODEL_TEXT_HEAD,
@@ -128,13 +128,13 @@ class _Encoder:
         key = id(event)
         hit = self.old_values.get(key)
         if hit is None or hit[0] is not event:
-            text: str | None = None
             cls = type(event)
-            parts = self.plain.get(cls)  # model_text() inline, for a class known plain
-            if parts is not None and parts[0] is cls.__pydantic_serializer__:
-                value = plain_text(event, parts[1])
-                if value is not None:
-                    text = MODEL_TEXT_HEAD + value + parts[2]
+            plain = self.plain.get(cls)  # model_text() inline, for a class known plain
+            text = (
+                plain[1](event)
+                if plain is not None and plain[0] is cls.__pydantic_serializer__
+                else None
+            )
             if text is None:
                 text = self._model_text(event)
             hit = (event, self._event_text(event) if text is None else text)
@@ -158,7 +158,8 @@ class _Encoder:
             return None
         parts = plain_text_parts(type(event), self.tails)  # again after a model_rebuild()
         if parts is not None:
-            self.plain[type(event)] = parts
+            serializer, fields, tail = parts
+            self.plain[type(event)] = (serializer, plain_writer(fields, MODEL_TEXT_HEAD, tail))
         return text
 
     def _event_text(self, event: Any) -> str:
