@@ -261,6 +261,7 @@ class _Encoder:
         event, bound, error = item.event, item.bound_events, item.last_exception
         if payload is None and type(event) is CollectionReleaseEvent:
             return self.release_item(item)
+        recovery = item.recovery_counts  # the shared empty default, as a rule: no len()
         return {
             "event": self.event(event) if payload is None else text,
             "bound_events": None if bound is None else {k: self.event(v) for k, v in bound.items()},
@@ -268,7 +269,7 @@ class _Encoder:
             "first_attempt_at": item.first_attempt_at,
             "last_exception": None if error is None else dump_exception(error),
             "last_failed_at": item.last_failed_at,
-            "recovery_counts": dict(item.recovery_counts) if item.recovery_counts else {},
+            "recovery_counts": {} if recovery is EMPTY_MAPPING or not recovery else dict(recovery),
             "not_before": item.not_before,
             "scope_path": list(item.scope_path),
             "collection_release_payload": payload,
