@@ -94,9 +94,10 @@ class _Encoder:
         self.tails = cache.tails
         self.plain = cache.plain
         self.cache = cache
-        # Values are looked up in old_values and kept in values: the same dict, except
-        # in a pruning pass (see _Pruner).
+        # Values are looked up in old_values and kept in values: the same dict (a value
+        # found needs no storing), except in a pruning pass (see _Pruner).
         self.values = self.old_values = cache.values
+        self.pruning = False
         self.old_workers = cache.workers
         self.old_tables = cache.tables
         self.workers: dict[str, _Entry] = {}
@@ -127,20 +128,23 @@ class _Encoder:
         self.touched += 1
         key = id(event)
         hit = self.old_values.get(key)
-        if hit is None or hit[0] is not event:
-            cls = type(event)
-            plain = self.plain.get(cls)  # model_text() inline, for a class known plain
-            text = (
-                plain[1](event)
-                if plain is not None and plain[0] is cls.__pydantic_serializer__
-                else None
-            )
+        if hit is not None and hit[0] is event:
+            if self.pruning:
+                self.values[key] = hit
+            found: str = hit[1]
+            return found
+        cls = type(event)
+        plain = self.plain.get(cls)  # model_text() inline, for a class known plain
+        if plain is not None and plain[0] is cls.__pydantic_serializer__:
+            text = plain[1](event)
+        else:
+            text = None
+        if text is None:
+            text = self._model_text(event)
             if text is None:
-                text = self._model_text(event)
-            hit = (event, self._event_text(event) if text is None else text)
-        self.values[key] = hit
-        found: str = hit[1]
-        return found
+                text = self._event_text(event)
+        self.values[key] = (event, text)
+        return text
 
     def _model_text(self, event: Any) -> str | None:
         """``model_text(event)`` when the serializer writes that for ``event`` and it
@@ -211,7 +215,8 @@ class _Encoder:
         for ev in events:
             hit = old_values.get(id(ev))
             if hit is not None and hit[0] is ev:
-                values[id(ev)] = hit
+                if values is not old_values:  # a pruning pass keeps what it meets
+                    values[id(ev)] = hit
                 texts.append(hit[1])
                 hits += 1
             else:
@@ -225,8 +230,9 @@ class _Encoder:
         key = id(item)
         hit = self.old_values.get(key)
         if hit is None or hit[0] is not item:
-            hit = (item, self.item(item))
-        self.values[key] = hit
+            hit = self.values[key] = (item, self.item(item))
+        elif self.pruning:
+            self.values[key] = hit
         encoded: dict[str, Any] = hit[1]
         return encoded
 
@@ -509,8 +515,9 @@ class _Encoder:
             running[key] = inv
             hit = old_values.get(id(inv))
             if hit is None or hit[0] is not inv:
-                hit = (inv, keyed(inv))
-            values[id(inv)] = hit
+                hit = values[id(inv)] = (inv, keyed(inv))
+            elif values is not old_values:  # a pruning pass keeps what it meets
+                values[id(inv)] = hit
             pairs.append(hit[1])
         self.touched += len(pairs)
         pairs.sort(key=_sort_key)
@@ -673,6 +680,7 @@ class _Pruner(_Encoder):
     def __init__(self, serializer: BaseSerializer, cache: SnapshotCache) -> None:
         super().__init__(serializer, cache)
         self.values = {}
+        self.pruning = True
         self.old_workers = {}
         self.old_tables = {}
 
