@@ -135,6 +135,10 @@ def _apply(run: _Run, op: str) -> None:
     """Change ``run`` the way one reducer tick could."""
     if op == "append":
         run.queue = run.queue.append(run.new_item())
+    elif op == "append_bound":
+        item = run.new_item()
+        bound = {"other": _event(run.mint()), "more": _event(run.mint())}
+        run.queue = run.queue.append(replace(item, bound_events=bound, not_before=0.25))
     elif op == "pop" and run.queue:
         _, run.queue = run.queue.popleft()
     elif op == "retry" and run.queue:
@@ -199,6 +203,7 @@ def _apply(run: _Run, op: str) -> None:
 OPS = [
     "append",
     "append",
+    "append_bound",
     "pop",
     "retry",
     "start",
