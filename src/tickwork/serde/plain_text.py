@@ -41,8 +41,10 @@ def _null(value: None) -> str:
 
 # Core schema type -> the exact Python type of a value it dumps unchanged in JSON mode,
 # and how the encoder writes that value.
+_INT_TEXT = int.__repr__
+
 _SCALARS: dict[str, tuple[type, Callable[[Any], str]]] = {
-    "int": (int, int.__repr__),
+    "int": (int, _INT_TEXT),
     "str": (str, encode_basestring_ascii),
     "bool": (bool, _BOOLEANS.__getitem__),
 }
@@ -202,6 +204,8 @@ def plain_writer(fields: PlainFields, head: str, tail: str) -> Callable[[Any], s
             return None
         value = model.__dict__.get(name, writers)  # a missing value: not a plain one
         writer = writers.get(type(value))
+        if writer is _INT_TEXT:  # an int's text is its str(): written in one join
+            return f"{before}{value}{after}"
         if writer is None:
             return None
         return before + writer(value) + after

@@ -101,12 +101,19 @@ class _Encoder:
     def __init__(self, serializer: BaseSerializer, cache: SnapshotCache) -> None:
         self.ser = serializer
         self.serialize = serializer.serialize
-        # Release events can be spliced from their members' texts (see _release_text)
-        # when the serializer is the plain JSON one.
-        self.splice = type(serializer).serialize is JsonSerializer.serialize
-        # Events are written as text around their dump when that is what serialize()
-        # returns for them (no envelope dict, the class name written once per class).
-        self.model_text = writes_model_text(serializer)
+        ways = cache.ways
+        if ways is None or ways[0] is not serializer:  # decided once per serializer
+            ways = cache.ways = (
+                serializer,
+                # Release events can be spliced from their members' texts (see
+                # _release_text) when the serializer is the plain JSON one.
+                type(serializer).serialize is JsonSerializer.serialize,
+                # Events are written as text around their dump when that is what
+                # serialize() returns for them (no envelope dict, the class name
+                # written once per class).
+                writes_model_text(serializer),
+            )
+        self.splice, self.model_text = ways[1], ways[2]
         self.tails = cache.tails
         self.plain = cache.plain
         self.cache = cache

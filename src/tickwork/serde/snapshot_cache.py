@@ -113,6 +113,8 @@ class SnapshotCache:
         self.workers: dict[str, _Entry] = {}
         self.tables: dict[str, _Entry] = {}
         self.frame: _Frame | None = None
+        self.ways: tuple[BaseSerializer, bool, bool] | None = None
+        """How the encoder writes with a serializer (see ``_Encoder``), by serializer."""
 
     def reset(self, serializer: BaseSerializer) -> None:
         """Forget every encoding (they were made by another serializer)."""
@@ -123,6 +125,7 @@ class SnapshotCache:
         self.workers = {}
         self.tables = {}
         self.frame = None
+        self.ways = None
 
 
 def _advance(cell: Any, target: Any, limit: int) -> int | None:
