@@ -7,6 +7,7 @@ is ``JsonSerializer().serialize``, which always dumps through pydantic.
 
 from __future__ import annotations
 
+import json
 import warnings
 from typing import Annotated, Any, Optional
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from pydantic import ConfigDict, Field, PlainSerializer, computed_field, field_serializer
 
 from tickwork import Event, StopEvent
-from tickwork.serde.plain_text import PLAIN_CLASSES, plain_fields
+from tickwork.serde.plain_text import PLAIN_CLASSES, plain_fields, plain_text, plain_writer
 from tickwork.serde.serializers import JsonSerializer, model_text
 
 SER = JsonSerializer()
@@ -164,3 +165,46 @@ def test_a_class_is_checked_on_its_first_event_with_plain_values() -> None:
     assert plain_fields(Later(number=2), other_text) is None  # checked now: not plain
     assert not _is_plain(Later)
     assert model_text(dynamic, {}) == SER.serialize(dynamic)
+
+
+class One(Event):
+    number: int
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        One(number=7),
+        One(number=-(2**70)),
+        One(number=1, extra={"k": 1}),  # a dynamic field: None
+        One.model_construct(number=True),  # a value of another type: None
+        One.model_construct(),  # a missing value: None
+        Plain(number=1, text='é "q"', flag=True, maybe=None, note="n"),
+        Plain(number=1, extra={"k": 1}),
+        Plain.model_construct(number=1.5),
+        NoFields(),
+    ],
+    ids=lambda event: type(event).__name__,
+)
+def test_a_class_writer_writes_what_plain_text_does(event: Event) -> None:
+    # One field takes the writer's own path, other counts the loop: both are plain_text.
+    fields = plain_fields(type(event)(**_plain_values(event)), model_text_without_tail)
+    assert fields is not None
+    writer = plain_writer(fields, "<head>", "<tail>")
+    value = plain_text(event, fields)
+    expected = None if value is None else "<head>" + value + "<tail>"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert writer(event) == expected
+    if isinstance(event, One) and event.__dict__.get("number") == 7:
+        assert writer(event) == '<head>{"number": 7}<tail>'
+
+
+def _plain_values(event: Event) -> dict[str, Any]:
+    """Values of the event's class that are plain (to decide the class on)."""
+    return {"number": 1} if not isinstance(event, NoFields) else {}
+
+
+def model_text_without_tail(model: Any) -> str:
+    """The text pydantic and the encoder write for ``model``'s dump."""
+    return json.dumps(type(model).__pydantic_serializer__.to_python(model, mode="json"))

@@ -314,6 +314,25 @@ def test_the_cache_drops_what_the_state_no_longer_holds() -> None:
     assert len(cache.values) <= 1024
 
 
+def test_a_pruning_pass_keeps_every_value_the_state_still_holds() -> None:
+    # A pass that found a value in the cache stores nothing; a pruning pass builds a new
+    # table of values and must store each value it finds (or the next pass re-encodes).
+    model, cache = Model(), SnapshotCache()
+    for op in ["append"] * 6 + ["start", "start", "finish", "collect", "join", "wait"]:
+        apply(model, op)
+    assert_cached_equals_fresh(cache, model.build())
+    for _ in range(3000):
+        apply(model, "join")
+    assert_cached_equals_fresh(cache, model.build())
+    model.join = PList()
+    state = model.build()
+    assert_cached_equals_fresh(cache, state)  # outgrew the state: pruned
+    assert len(cache.values) <= 1024
+    step = state.steps["a"]
+    held = [*step.queue, *step.in_progress.values(), *step.collect_buffers["buf"].events]
+    assert all(id(value) in cache.values for value in held)
+
+
 def test_another_serializer_starts_a_new_cache() -> None:
     model, cache = Model(), SnapshotCache()
     apply(model, "append")

@@ -57,7 +57,14 @@ def _snapshot_codec() -> tuple[type[SnapshotCache], Callable[..., dict[str, Any]
     cost more than encoding a small change."""
     from tickwork.serde.snapshot import SnapshotCache, encode_snapshot
 
+    global _encode_snapshot
+    _encode_snapshot = encode_snapshot
     return SnapshotCache, encode_snapshot
+
+
+_encode_snapshot: Callable[..., dict[str, Any]] | None = None
+"""``encode_snapshot`` once ``_snapshot_codec`` has imported it (a global read per
+``to_dict()`` instead of a call)."""
 
 
 _runtime_bound = False
@@ -228,11 +235,11 @@ class Context(Generic[MODEL_T]):
                 "Context.to_dict() needs handler code or a pre-run context; it was called "
                 "inside a step"
             )
-        cache_type, encode_snapshot = _snapshot_codec()
         ser = serializer or self._serializer
         cache = self._snapshot_cache
         if cache is None:
-            cache = self._snapshot_cache = cache_type()
+            cache = self._snapshot_cache = _snapshot_codec()[0]()
+        encode_snapshot = _encode_snapshot or _snapshot_codec()[1]
         session = self._session
         if session is None:
             section = self.store.to_dict(ser) if include_state else None

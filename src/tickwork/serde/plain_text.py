@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from tickwork.events import DictLikeModel
 
-__all__ = ["PLAIN_CLASSES", "PlainFields", "plain_fields", "plain_text"]
+__all__ = ["PLAIN_CLASSES", "PlainFields", "plain_fields", "plain_text", "plain_writer"]
 
 PlainFields = tuple[tuple[str, str, dict[type, Callable[[Any], str]]], ...]
 """``(field name, its key's text and ": ", the writer of a value by exact type)`` per
@@ -41,8 +41,10 @@ def _null(value: None) -> str:
 
 # Core schema type -> the exact Python type of a value it dumps unchanged in JSON mode,
 # and how the encoder writes that value.
+_INT_TEXT = int.__repr__
+
 _SCALARS: dict[str, tuple[type, Callable[[Any], str]]] = {
-    "int": (int, int.__repr__),
+    "int": (int, _INT_TEXT),
     "str": (str, encode_basestring_ascii),
     "bool": (bool, _BOOLEANS.__getitem__),
 }
@@ -165,3 +167,47 @@ def plain_text(model: BaseModel, fields: PlainFields) -> str | None:
             return None
         parts.append(key + writer(value))
     return "{" + ", ".join(parts) + "}"
+
+
+def plain_writer(fields: PlainFields, head: str, tail: str) -> Callable[[Any], str | None]:
+    """A function writing ``head + plain_text(model, fields) + tail`` (``None`` where
+    ``plain_text`` is ``None``), for the many events of one class a snapshot writes.
+
+    An event class with one field is the usual case: its writer has the text around the
+    value made once (``head``, the brace and the key; the brace and ``tail``), so an event
+    costs a lookup of its value, of the value's writer and two concatenations.
+    """
+    if len(fields) != 1:
+        opening, closing = head + "{", "}" + tail
+
+        def write_fields(model: Any) -> str | None:
+            private = model.__pydantic_private__
+            if private and private.get("_data"):
+                return None
+            values = model.__dict__
+            parts = []
+            for name, key, writers in fields:
+                value = values.get(name, writers)  # a missing value: not a plain one
+                writer = writers.get(type(value))
+                if writer is None:
+                    return None
+                parts.append(key + writer(value))
+            return opening + ", ".join(parts) + closing
+
+        return write_fields
+    ((name, key, writers),) = fields
+    before, after = head + "{" + key, "}" + tail
+
+    def write_field(model: Any) -> str | None:
+        private = model.__pydantic_private__
+        if private and private.get("_data"):
+            return None
+        value = model.__dict__.get(name, writers)  # a missing value: not a plain one
+        writer = writers.get(type(value))
+        if writer is _INT_TEXT:  # an int's text is its str(): written in one join
+            return f"{before}{value}{after}"
+        if writer is None:
+            return None
+        return before + writer(value) + after
+
+    return write_field

@@ -30,7 +30,7 @@ from tickwork.runtime.types.state import (
     Waiter,
     WorkItem,
 )
-from tickwork.serde.plain_text import plain_text
+from tickwork.serde.plain_text import plain_writer
 from tickwork.serde.requirements import encode_requirements
 from tickwork.serde.serializers import (
     MODEL_TEXT_HEAD,
@@ -74,6 +74,22 @@ def _fresh_worker(template: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# The keys of an item's encoding, in order, with the values of a fresh item where they
+# are constants (``_Encoder.item`` copies it and replaces the values).
+_ITEM_TEMPLATE: dict[str, Any] = {
+    "event": None,
+    "bound_events": None,
+    "attempts": 0,
+    "first_attempt_at": None,
+    "last_exception": None,
+    "last_failed_at": None,
+    "recovery_counts": None,
+    "not_before": None,
+    "scope_path": None,
+    "collection_release_payload": None,
+    "work_item_id": None,
+}
+
 # How the JSON serializer's text of an empty release event begins ("events" is its first
 # field); _Encoder._release_text splices the members' texts in after the "[".
 _RELEASE_PREFIX = '{"__is_pydantic": true, "value": {"events": []'
@@ -85,18 +101,26 @@ class _Encoder:
     def __init__(self, serializer: BaseSerializer, cache: SnapshotCache) -> None:
         self.ser = serializer
         self.serialize = serializer.serialize
-        # Release events can be spliced from their members' texts (see _release_text)
-        # when the serializer is the plain JSON one.
-        self.splice = type(serializer).serialize is JsonSerializer.serialize
-        # Events are written as text around their dump when that is what serialize()
-        # returns for them (no envelope dict, the class name written once per class).
-        self.model_text = writes_model_text(serializer)
+        ways = cache.ways
+        if ways is None or ways[0] is not serializer:  # decided once per serializer
+            ways = cache.ways = (
+                serializer,
+                # Release events can be spliced from their members' texts (see
+                # _release_text) when the serializer is the plain JSON one.
+                type(serializer).serialize is JsonSerializer.serialize,
+                # Events are written as text around their dump when that is what
+                # serialize() returns for them (no envelope dict, the class name
+                # written once per class).
+                writes_model_text(serializer),
+            )
+        self.splice, self.model_text = ways[1], ways[2]
         self.tails = cache.tails
         self.plain = cache.plain
         self.cache = cache
-        # Values are looked up in old_values and kept in values: the same dict, except
-        # in a pruning pass (see _Pruner).
+        # Values are looked up in old_values and kept in values: the same dict (a value
+        # found needs no storing), except in a pruning pass (see _Pruner).
         self.values = self.old_values = cache.values
+        self.pruning = False
         self.old_workers = cache.workers
         self.old_tables = cache.tables
         self.workers: dict[str, _Entry] = {}
@@ -127,20 +151,23 @@ class _Encoder:
         self.touched += 1
         key = id(event)
         hit = self.old_values.get(key)
-        if hit is None or hit[0] is not event:
-            text: str | None = None
-            cls = type(event)
-            parts = self.plain.get(cls)  # model_text() inline, for a class known plain
-            if parts is not None and parts[0] is cls.__pydantic_serializer__:
-                value = plain_text(event, parts[1])
-                if value is not None:
-                    text = MODEL_TEXT_HEAD + value + parts[2]
+        if hit is not None and hit[0] is event:
+            if self.pruning:
+                self.values[key] = hit
+            found: str = hit[1]
+            return found
+        cls = type(event)
+        plain = self.plain.get(cls)  # model_text() inline, for a class known plain
+        if plain is not None and plain[0] is cls.__pydantic_serializer__:
+            text = plain[1](event)
+        else:
+            text = None
+        if text is None:
+            text = self._model_text(event)
             if text is None:
-                text = self._model_text(event)
-            hit = (event, self._event_text(event) if text is None else text)
-        self.values[key] = hit
-        found: str = hit[1]
-        return found
+                text = self._event_text(event)
+        self.values[key] = (event, text)
+        return text
 
     def _model_text(self, event: Any) -> str | None:
         """``model_text(event)`` when the serializer writes that for ``event`` and it
@@ -158,7 +185,8 @@ class _Encoder:
             return None
         parts = plain_text_parts(type(event), self.tails)  # again after a model_rebuild()
         if parts is not None:
-            self.plain[type(event)] = parts
+            serializer, fields, tail = parts
+            self.plain[type(event)] = (serializer, plain_writer(fields, MODEL_TEXT_HEAD, tail))
         return text
 
     def _event_text(self, event: Any) -> str:
@@ -176,8 +204,11 @@ class _Encoder:
         text: str = self.serialize(event)
         return text
 
-    def _release_text(self, event: CollectionReleaseEvent) -> str | None:
-        """The text of a join's release event, spliced from its members' cached texts.
+    def _release_text(
+        self, event: CollectionReleaseEvent, texts: list[str | None] | None = None
+    ) -> str | None:
+        """The text of a join's release event, spliced from its members' cached texts
+        (``texts``, when the caller has them: ``self.events(event.events)``).
 
         A release event carries the whole batch, whose members the snapshot has already
         serialized one by one (they sat in the join buffer): the JSON serializer writes
@@ -188,7 +219,9 @@ class _Encoder:
         empty = self.serialize(event.model_copy(update={"events": []}))
         if not empty.startswith(_RELEASE_PREFIX):
             return None
-        members = ", ".join([text or "null" for text in self.events(event.events)])
+        if texts is None:
+            texts = self.events(event.events)
+        members = ", ".join([text or "null" for text in texts])
         start = len(_RELEASE_PREFIX) - 1  # keeps the "]" of the empty list
         return _RELEASE_PREFIX[:-1] + members + empty[start:]
 
@@ -205,7 +238,8 @@ class _Encoder:
         for ev in events:
             hit = old_values.get(id(ev))
             if hit is not None and hit[0] is ev:
-                values[id(ev)] = hit
+                if values is not old_values:  # a pruning pass keeps what it meets
+                    values[id(ev)] = hit
                 texts.append(hit[1])
                 hits += 1
             else:
@@ -219,29 +253,66 @@ class _Encoder:
         key = id(item)
         hit = self.old_values.get(key)
         if hit is None or hit[0] is not item:
-            hit = (item, self.item(item))
-        self.values[key] = hit
+            hit = self.values[key] = (item, self.item(item))
+        elif self.pruning:
+            self.values[key] = hit
         encoded: dict[str, Any] = hit[1]
         return encoded
 
-    def item(self, item: WorkItem) -> dict[str, Any]:
-        """The encoding of a work item (queued, running or parked)."""
-        event, bound, error = item.event, item.bound_events, item.last_exception
-        return {
-            "event": self.event(event),
-            "bound_events": None if bound is None else {k: self.event(v) for k, v in bound.items()},
-            "attempts": item.attempts,
-            "first_attempt_at": item.first_attempt_at,
-            "last_exception": None if error is None else dump_exception(error),
-            "last_failed_at": item.last_failed_at,
-            "recovery_counts": dict(item.recovery_counts) if item.recovery_counts else {},
-            "not_before": item.not_before,
-            "scope_path": list(item.scope_path),
-            "collection_release_payload": (
-                self.release_payload(item) if type(event) is CollectionReleaseEvent else None
-            ),
-            "work_item_id": item.work_item_id,
+    def release_item(self, item: WorkItem) -> dict[str, Any]:
+        """The encoding of a join's work item: its batch's texts are looked up once, for
+        the release event's text (when it is not cached) and for its payload."""
+        event: CollectionReleaseEvent = item.event
+        texts = self.events(event.events)
+        self.touched += 1  # event() inline, for the release event with its members' texts
+        key = id(event)
+        hit = self.old_values.get(key)
+        if hit is None or hit[0] is not event:
+            text = self._release_text(event, texts) if self.splice else None
+            hit = (event, self.serialize(event) if text is None else text)
+        self.values[key] = hit
+        payload = {
+            "binding_id": event.binding_id,
+            "stream_id": event.stream_id,
+            "events": texts,
+            "output_scope_path": [*item.scope_path],
         }
+        return self.item(item, hit[1], payload)
+
+    def item(
+        self,
+        item: WorkItem,
+        text: str | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The encoding of a work item (queued, running or parked); a join's item goes to
+        ``release_item``, which gives its event's ``text`` and its batch's ``payload``."""
+        event, bound, error = item.event, item.bound_events, item.last_exception
+        if payload is None:
+            if type(event) is CollectionReleaseEvent:
+                return self.release_item(item)
+            text = self.event(event)
+        recovery = item.recovery_counts  # the shared empty default, as a rule: no len()
+        # A copy of the template, its values then replaced: a C clone of a table is
+        # cheaper than building one key by key, and the keys keep the template's order.
+        encoded = _ITEM_TEMPLATE.copy()
+        encoded["event"] = text
+        if bound is not None:
+            encoded["bound_events"] = {k: self.event(v) for k, v in bound.items()}
+        encoded["attempts"] = item.attempts
+        encoded["first_attempt_at"] = item.first_attempt_at
+        if error is not None:
+            encoded["last_exception"] = dump_exception(error)
+        encoded["last_failed_at"] = item.last_failed_at
+        encoded["recovery_counts"] = (
+            {} if recovery is EMPTY_MAPPING or not recovery else dict(recovery)
+        )
+        encoded["not_before"] = item.not_before
+        encoded["scope_path"] = [*item.scope_path]
+        if payload is not None:
+            encoded["collection_release_payload"] = payload
+        encoded["work_item_id"] = item.work_item_id
+        return encoded
 
     def release_payload(self, item: WorkItem) -> dict[str, Any] | None:
         """The batch a join item carries, or ``None`` for other items."""
@@ -252,7 +323,7 @@ class _Encoder:
             "binding_id": event.binding_id,
             "stream_id": event.stream_id,
             "events": self.events(event.events),
-            "output_scope_path": list(item.scope_path),
+            "output_scope_path": [*item.scope_path],
         }
 
     def keyed_invocation(self, inv: Invocation) -> tuple[int, dict[str, Any]]:
@@ -280,7 +351,7 @@ class _Encoder:
             encoded_item: dict[str, Any] = hit[1]
         else:
             encoded_item = self.cached_item(item)
-        view, received = inv.collect_view, inv.received
+        view, received, inv_id = inv.collect_view, inv.received, inv.invocation_id
         if view is EMPTY_MAPPING or not view:
             collected: dict[str, Any] = {}
             generations: dict[str, int] = {}
@@ -289,7 +360,7 @@ class _Encoder:
             generations = {bid: buf.generation for bid, buf in view.items()}
         encoded = encoded_item.copy()  # a C clone of the item's table, then its keys
         encoded["worker_id"] = inv.worker_id
-        encoded["invocation_id"] = inv_id = inv.invocation_id
+        encoded["invocation_id"] = inv_id
         encoded["received"] = [] if received is NO_SENDS else list(received)
         encoded["collected_events"] = collected
         encoded["collect_generations"] = generations
@@ -315,7 +386,7 @@ class _Encoder:
                 else None
             ),
             "timed_out": waiter.timed_out,
-            "scope_path": list(item.scope_path),
+            "scope_path": [*item.scope_path],
             "collection_release_payload": self.release_payload(item),
             "work_item_id": item.work_item_id,
             "timeout": waiter.timeout,
@@ -476,8 +547,9 @@ class _Encoder:
             running[key] = inv
             hit = old_values.get(id(inv))
             if hit is None or hit[0] is not inv:
-                hit = (inv, keyed(inv))
-            values[id(inv)] = hit
+                hit = values[id(inv)] = (inv, keyed(inv))
+            elif values is not old_values:  # a pruning pass keeps what it meets
+                values[id(inv)] = hit
             pairs.append(hit[1])
         self.touched += len(pairs)
         pairs.sort(key=_sort_key)
@@ -640,6 +712,7 @@ class _Pruner(_Encoder):
     def __init__(self, serializer: BaseSerializer, cache: SnapshotCache) -> None:
         super().__init__(serializer, cache)
         self.values = {}
+        self.pruning = True
         self.old_workers = {}
         self.old_tables = {}
 

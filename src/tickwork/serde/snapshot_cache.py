@@ -8,12 +8,12 @@ reads and updates the cache; this module holds its records and the sequence help
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
 from tickwork.runtime.types.state import RunState
-from tickwork.serde.plain_text import PlainFields
 from tickwork.serde.serializers import BaseSerializer
 
 __all__ = ["SnapshotCache"]
@@ -80,7 +80,8 @@ class SnapshotCache:
     release tables and their records (``tables``), and persistent-container cells
     (queues and buffers, see ``_Encoder.sequence``); ``tails`` keeps the end of an
     event's text (its class name) by class, and ``plain`` what the text of an event of a
-    plain class is written from (see ``tickwork.serde.serializers.plain_text_parts``).
+    plain class is written with (its serializer and the writer ``plain_writer`` makes from
+    ``tickwork.serde.serializers.plain_text_parts``).
     A new snapshot therefore encodes only what changed and builds its own dicts;
     everything else is reused.
     Without it, snapshotting at every NOT_RUNNING of an n-item fan-out re-serializes the
@@ -108,10 +109,12 @@ class SnapshotCache:
         self.serializer: BaseSerializer | None = None
         self.values: dict[int, tuple[Any, Any]] = {}
         self.tails: dict[type, str] = {}
-        self.plain: dict[type, tuple[Any, PlainFields, str]] = {}
+        self.plain: dict[type, tuple[Any, Callable[[Any], str | None]]] = {}
         self.workers: dict[str, _Entry] = {}
         self.tables: dict[str, _Entry] = {}
         self.frame: _Frame | None = None
+        self.ways: tuple[BaseSerializer, bool, bool] | None = None
+        """How the encoder writes with a serializer (see ``_Encoder``), by serializer."""
 
     def reset(self, serializer: BaseSerializer) -> None:
         """Forget every encoding (they were made by another serializer)."""
@@ -122,6 +125,7 @@ class SnapshotCache:
         self.workers = {}
         self.tables = {}
         self.frame = None
+        self.ways = None
 
 
 def _advance(cell: Any, target: Any, limit: int) -> int | None:
