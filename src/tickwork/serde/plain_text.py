@@ -178,21 +178,10 @@ def plain_writer(fields: PlainFields, head: str, tail: str) -> Callable[[Any], s
     costs a lookup of its value, of the value's writer and two concatenations.
     """
     if len(fields) != 1:
-        opening, closing = head + "{", "}" + tail
 
         def write_fields(model: Any) -> str | None:
-            private = model.__pydantic_private__
-            if private and private.get("_data"):
-                return None
-            values = model.__dict__
-            parts = []
-            for name, key, writers in fields:
-                value = values.get(name, writers)  # a missing value: not a plain one
-                writer = writers.get(type(value))
-                if writer is None:
-                    return None
-                parts.append(key + writer(value))
-            return opening + ", ".join(parts) + closing
+            text = plain_text(model, fields)
+            return None if text is None else head + text + tail
 
         return write_fields
     ((name, key, writers),) = fields
